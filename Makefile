@@ -1,0 +1,39 @@
+# Two commands for a fresh clone:
+#   make search   set up .venv (pinned versions) and run the main job on local Ray
+#   make test     set up .venv and run the test suite (what CI runs)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: setup search test bench bench-quick lint clean
+
+setup: $(STAMP)
+
+# torch first, pinned exactly: the CPU build of 2.13.0 on these machines. Any range
+# that admits a newer release makes pip pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+search: setup
+	$(BIN)/automl search search_spaces/resnet.yaml
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python -m benchmarks
+
+bench-quick: setup
+	$(BIN)/python -m benchmarks --quick
+
+lint: setup
+	$(BIN)/ruff check automl tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,1 @@
+"""automl: hyperparameter search and AutoML for PyTorch on Ray Tune + Optuna."""

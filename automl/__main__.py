@@ -1,0 +1,3 @@
+from automl.cli import main
+
+main()

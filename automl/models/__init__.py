@@ -1,0 +1,109 @@
+"""Model zoo: ResNet, VGG, MLP and ViT built from a flat ``arch`` dict.
+
+``arch`` looks like ``{"family": "resnet", "depth": 2, "width": 16}``; every key except
+``family`` is optional and is passed to the family's class as a keyword argument, so a
+checkpoint ``{"arch": ..., "input_shape": ..., "num_classes": ...}`` rebuilds the model
+with :func:`build_model`. Images are ``(B, C, H, W)`` floats, tabular data ``(B, F)``;
+every model returns ``(B, num_classes)`` logits.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from automl.models.init import INITS, init_weights
+from automl.models.mlp import MLP
+from automl.models.resnet import ResNet
+from automl.models.vgg import VGG
+from automl.models.vit import ViT
+
+__all__ = [
+    "FAMILIES",
+    "INITS",
+    "MLP",
+    "MODEL_CLASSES",
+    "VGG",
+    "ResNet",
+    "ViT",
+    "build_model",
+    "count_parameters",
+    "family_params",
+    "init_weights",
+    "model_size_key",
+]
+
+FAMILIES: tuple[str, ...] = ("resnet", "vgg", "mlp", "vit")
+MODEL_CLASSES: dict[str, type[nn.Module]] = {"resnet": ResNet, "vgg": VGG, "mlp": MLP, "vit": ViT}
+
+
+def family_params(family: str) -> dict[str, Any]:
+    """The optional parameters of ``family`` and their defaults, e.g. ``{"depth": 1, ...}``."""
+    if not isinstance(family, str) or family not in MODEL_CLASSES:
+        raise ValueError(f"unknown model family {family!r}; valid: {', '.join(FAMILIES)}")
+    params = list(inspect.signature(MODEL_CLASSES[family]).parameters.values())[2:]
+    return {p.name: p.default for p in params}
+
+
+def _split_arch(arch: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    if not isinstance(arch, Mapping):
+        raise ValueError(f"arch must be a mapping with a 'family' key; got {arch!r}")
+    params = dict(arch)
+    family = params.pop("family", None)
+    if family is None:
+        raise ValueError(f"arch needs a 'family' key (one of {', '.join(FAMILIES)}); got {arch!r}")
+    valid = family_params(family)
+    unknown = sorted(str(k) for k in params if k not in valid)
+    if unknown:
+        raise ValueError(
+            f"unknown parameter(s) {', '.join(map(repr, unknown))} for family {family!r}; "
+            f"valid: family, {', '.join(valid)}"
+        )
+    return family, params
+
+
+def build_model(
+    arch: Mapping[str, Any],
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    init: str = "default",
+) -> nn.Module:
+    """Build the model described by ``arch`` and apply the ``init`` scheme.
+
+    Args:
+        arch: ``{"family": <one of FAMILIES>, **params}``; see each class for params.
+        input_shape: one example's shape without batch dim: ``(C, H, W)`` or ``(F,)``.
+        num_classes: number of output logits.
+        init: one of ``INITS`` (see :mod:`automl.models.init`).
+
+    Returns:
+        An ``nn.Module`` mapping ``(B, *input_shape)`` to ``(B, num_classes)`` logits.
+
+    Raises:
+        ValueError: missing/unknown family, unknown or out-of-range parameter (the message
+            names it and the valid ones), an input shape the family cannot take, or an
+            unknown init scheme.
+    """
+    if init not in INITS:
+        raise ValueError(f"unknown init scheme {init!r}; valid: {', '.join(INITS)}")
+    family, params = _split_arch(arch)
+    model = MODEL_CLASSES[family](input_shape, num_classes, **params)
+    return init_weights(model, init)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable (``requires_grad``) parameter elements of ``model``."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def model_size_key(arch: Mapping[str, Any], input_shape: tuple[int, ...], num_classes: int) -> int:
+    """Trainable parameter count of ``build_model(arch, ...)``, built on the meta device
+    (no memory, no RNG use). Raises the same ValueErrors as :func:`build_model`."""
+    family, params = _split_arch(arch)
+    with torch.device("meta"):
+        model = MODEL_CLASSES[family](input_shape, num_classes, **params)
+    return count_parameters(model)

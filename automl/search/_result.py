@@ -1,0 +1,91 @@
+"""Frozen, JSON-serialisable records of a finished search."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Why a trial ended.
+COMPLETED, STOPPED, FAILED = "completed", "stopped_early", "failed"
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial: its sampled config, per-epoch history and how it ended.
+
+    Attributes:
+        end_state: ``completed`` (ran all its epochs), ``stopped_early`` (cut by
+            ASHA at a rung) or ``failed`` (raised; see ``error``).
+        history: one dict per epoch, as reported (``epoch``, ``val_accuracy``, ...).
+        train_time_s: seconds spent inside training steps, summed over epochs.
+        setup_s: seconds from the trial function's start to its first epoch.
+    """
+
+    trial_id: str
+    params: dict[str, Any]
+    config: dict[str, Any]
+    end_state: str
+    epochs_run: int
+    target_epochs: int
+    metrics: dict[str, float]
+    history: list[dict[str, float]] = field(default_factory=list)
+    error: str | None = None
+    checkpoint: str | None = None
+    train_time_s: float = 0.0
+    setup_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Everything a later stage (selection, report) needs from the search.
+
+    ``ranked`` holds the non-failed trials, best first, by their last reported
+    ``metric`` (the value ASHA and the sampler saw).
+    """
+
+    metric: str
+    mode: str
+    trials: list[TrialRecord]
+    ranked: list[TrialRecord]
+    wall_time_s: float
+    max_concurrent: int
+    trial_resources: dict[str, float]
+
+    @property
+    def best(self) -> TrialRecord | None:
+        return self.ranked[0] if self.ranked else None
+
+    def counts(self) -> dict[str, int]:
+        out = {COMPLETED: 0, STOPPED: 0, FAILED: 0}
+        for t in self.trials:
+            out[t.end_state] += 1
+        out["total"] = len(self.trials)
+        return out
+
+    def efficiency(self) -> dict[str, float]:
+        """Training time / (wall time x concurrent slots), and overhead per trial (s)."""
+        train = sum(t.train_time_s for t in self.trials)
+        slots_wall = self.wall_time_s * self.max_concurrent
+        n = max(len(self.trials), 1)
+        return {
+            "train_time_s": round(train, 3),
+            "efficiency": round(train / slots_wall, 4) if slots_wall else 0.0,
+            "overhead_per_trial_s": round((slots_wall - train) / n, 3),
+            "setup_per_trial_s": round(sum(t.setup_s for t in self.trials) / n, 4),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "mode": self.mode,
+            "wall_time_s": round(self.wall_time_s, 3),
+            "max_concurrent": self.max_concurrent,
+            "trial_resources": self.trial_resources,
+            "counts": self.counts(),
+            "efficiency": self.efficiency(),
+            "ranked": [t.trial_id for t in self.ranked],
+            "trials": [t.to_dict() for t in self.trials],
+        }

@@ -1,0 +1,160 @@
+"""Build and run the Ray Tune sweep for an :class:`~automl.spec.Experiment`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import optuna
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.search.optuna import OptunaSearch
+from rich.console import Console
+
+from automl.search._progress import SweepProgress
+from automl.search._resources import Admission, admit
+from automl.search._result import COMPLETED, FAILED, STOPPED, SearchResult, TrialRecord
+from automl.search._sampler import make_sampler
+from automl.search._trainable import TrialData, run_trial
+from automl.space import TrialConfig, define_by_run
+from automl.spec import Experiment
+
+STUDY_DB = "study.db"
+
+
+def make_scheduler(exp: Experiment):
+    """ASHA (Li et al. 2020) with its budget in epochs, or FIFO when ``scheduler.type: none``.
+
+    ``grace_period`` is the first rung (epochs every trial gets), each later rung
+    keeps the top 1/``reduction_factor`` of trials reaching it, up to ``max_epochs``.
+    """
+    sch = exp.scheduler
+    if sch.type == "none":
+        return FIFOScheduler()
+    return ASHAScheduler(
+        time_attr="epoch",
+        max_t=exp.max_epochs,
+        grace_period=sch.grace_period,
+        reduction_factor=sch.reduction_factor,
+    )
+
+
+def make_searcher(exp: Experiment, run_dir: Path) -> OptunaSearch:
+    """Ray's ``OptunaSearch`` over the spec's define-by-run space; the study is stored in
+    ``<run_dir>/study.db`` (SQLite), which ``optuna-dashboard`` and the ``optuna`` CLI open."""
+    storage = optuna.storages.RDBStorage(f"sqlite:///{(run_dir / STUDY_DB).resolve()}")
+    return OptunaSearch(
+        space=define_by_run(exp),
+        metric=exp.search.metric,
+        mode=exp.search.mode,
+        sampler=make_sampler(exp.search),
+        study_name=exp.name,
+        storage=storage,
+    )
+
+
+def run_search(
+    exp: Experiment,
+    data: TrialData,
+    run_dir: Path,
+    admission: Admission | None = None,
+    console: Console | None = None,
+) -> SearchResult:
+    """Run the sweep on the connected Ray cluster and collect its trials.
+
+    Args:
+        exp: the validated experiment.
+        data: training and validation arrays (the test split is never passed).
+        run_dir: the run directory; Tune writes under ``run_dir/tune``.
+        admission: concurrency decided by :func:`admit`; computed here when None.
+
+    Raises:
+        ResourceError: a trial can never be placed (before anything is queued).
+    """
+    console = console or Console()
+    if admission is None:
+        admission = admit({"CPU": exp.resources.cpus_per_trial}, exp.search.max_concurrent)
+    progress = SweepProgress(run_dir, exp.search.metric, exp.search.mode,
+                             exp.search.num_samples, console)
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, data=data, exp=exp), {"cpu": exp.resources.cpus_per_trial}
+    )
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            metric=exp.search.metric,
+            mode=exp.search.mode,
+            search_alg=make_searcher(exp, run_dir),
+            scheduler=make_scheduler(exp),
+            num_samples=exp.search.num_samples,
+            max_concurrent_trials=admission.max_concurrent,
+            time_budget_s=exp.search.time_budget_s,
+            reuse_actors=True,
+            trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
+        ),
+        run_config=tune.RunConfig(
+            name="tune",
+            storage_path=str(run_dir.resolve()),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+            callbacks=[progress],
+            verbose=0,
+        ),
+    )
+    t0 = time.perf_counter()
+    try:
+        grid = tuner.fit()
+    finally:
+        progress.close()
+    wall = time.perf_counter() - t0
+    trials = [_record(r, exp, progress.history) for r in grid]
+    sign = 1.0 if exp.search.mode == "max" else -1.0
+    ranked = sorted(
+        (t for t in trials if t.end_state != FAILED and exp.search.metric in t.metrics),
+        key=lambda t: (-sign * t.metrics[exp.search.metric], -t.epochs_run, t.trial_id),
+    )
+    return SearchResult(exp.search.metric, exp.search.mode, trials, ranked, wall,
+                        admission.max_concurrent, admission.trial_resources)
+
+
+def _record(result, exp: Experiment, history: dict) -> TrialRecord:
+    metrics = dict(result.metrics or {})
+    trial_id = metrics.get("trial_id") or Path(result.path).name.removeprefix("trial_")
+    params = {k: v for k, v in (result.config or {}).items()}
+    rows = history.get(trial_id, [])
+    try:
+        cfg = TrialConfig.from_flat(params, exp, seed=exp.search.seed).to_dict()
+    except KeyError:
+        cfg = {}
+    target = int(cfg.get("epochs", 0))
+    epochs = int(metrics.get("epoch", 0))
+    if result.error is not None:
+        state = FAILED
+    elif epochs >= target:
+        state = COMPLETED
+    else:
+        state = STOPPED
+    keep = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1")
+    ckpt = result.checkpoint.path if result.checkpoint is not None else None
+    return TrialRecord(
+        trial_id=trial_id,
+        params=params,
+        config=cfg,
+        end_state=state,
+        epochs_run=epochs,
+        target_epochs=target,
+        metrics={k: float(metrics[k]) for k in keep if k in metrics},
+        history=rows,
+        error=_error_text(result.error),
+        checkpoint=ckpt,
+        train_time_s=float(np.sum([r.get("train_time_s", 0.0) for r in rows])),
+        setup_s=float(rows[0].get("setup_s", 0.0)) if rows else 0.0,
+    )
+
+
+def _error_text(error) -> str | None:
+    if error is None:
+        return None
+    text = str(error)
+    return text[-4000:]

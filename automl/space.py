@@ -1,0 +1,170 @@
+"""Spec -> Optuna define-by-run search space, and a sampled flat config -> :class:`TrialConfig`.
+
+Parameter names are the spec's key paths (``training.lr``, ``model.resnet.depth``),
+so every branch of a conditional space has distinct names and Optuna's
+distributions never clash. Imports optuna but neither torch nor ray.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from automl.spec import (
+    CategoricalDomain,
+    Experiment,
+    FloatDomain,
+    IntDomain,
+    values_of,
+)
+
+_TRAINING_KEYS = ("optimizer", "lr", "batch_size", "epochs", "weight_decay", "init")
+
+
+def _suggest(trial: Any, name: str, param: Any, constants: dict[str, Any]) -> Any:
+    if isinstance(param, FloatDomain):
+        return trial.suggest_float(name, param.low, param.high, log=param.log, step=param.step)
+    if isinstance(param, IntDomain):
+        return trial.suggest_int(name, param.low, param.high, log=param.log, step=param.step or 1)
+    if isinstance(param, CategoricalDomain):
+        return trial.suggest_categorical(name, param.choices)
+    constants[name] = param
+    return param
+
+
+class DefineByRun:
+    """The Optuna define-by-run function for an experiment's search space.
+
+    Called with an ``optuna.Trial`` (or Ray's suggest captor), it calls
+    ``suggest_*`` for every searched parameter that applies to this trial and
+    returns the fixed values, so ``{**trial.params, **returned}`` is the whole
+    flat config that :meth:`TrialConfig.from_flat` reads. A class rather than a
+    closure so Ray can pickle the searcher's state.
+    """
+
+    def __init__(self, exp: Experiment):
+        self.exp = exp
+
+    def __call__(self, trial: Any) -> dict[str, Any]:
+        exp = self.exp
+        constants: dict[str, Any] = {}
+        family = _suggest(trial, "model.family", exp.model.family, constants)
+        for key, param in exp.model.branch(family).items():
+            _suggest(trial, f"model.{family}.{key}", param, constants)
+        for key in _TRAINING_KEYS:
+            value = _suggest(trial, f"training.{key}", getattr(exp.training, key), constants)
+            if key == "optimizer" and value == "sgd":
+                for k, p in dict(exp.training.sgd).items():
+                    _suggest(trial, f"training.sgd.{k}", p, constants)
+        return constants
+
+
+def define_by_run(exp: Experiment) -> Callable[[Any], dict[str, Any]]:
+    """See :class:`DefineByRun`."""
+    return DefineByRun(exp)
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """Everything one trial needs to build and train its model (JSON-serialisable).
+
+    ``arch`` is ``{"family": ..., <family params>}`` as ``automl.models.build_model``
+    takes it; ``lr`` is the peak learning rate; ``epochs`` the trial's budget.
+    """
+
+    arch: dict[str, Any]
+    optimizer: str
+    lr: float
+    batch_size: int
+    epochs: int
+    weight_decay: float
+    init: str
+    momentum: float = 0.0
+    nesterov: bool = False
+    lr_schedule: str = "cosine"
+    label_smoothing: float = 0.0
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_flat(cls, flat: dict[str, Any], exp: Experiment, seed: int = 0) -> TrialConfig:
+        """Build from a flat ``{"training.lr": ..., "model.resnet.depth": ...}`` config.
+
+        Raises:
+            KeyError: a required parameter is absent from ``flat``.
+        """
+        family = flat["model.family"]
+        prefix = f"model.{family}."
+        arch = {"family": family}
+        arch.update({k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)})
+        opt = flat["training.optimizer"]
+        return cls(
+            arch=arch,
+            optimizer=opt,
+            lr=float(flat["training.lr"]),
+            batch_size=int(flat["training.batch_size"]),
+            epochs=int(flat["training.epochs"]),
+            weight_decay=float(flat["training.weight_decay"]),
+            init=flat["training.init"],
+            momentum=float(flat.get("training.sgd.momentum", 0.0)) if opt == "sgd" else 0.0,
+            nesterov=bool(flat.get("training.sgd.nesterov", False)) if opt == "sgd" else False,
+            lr_schedule=exp.training.lr_schedule,
+            label_smoothing=exp.training.label_smoothing,
+            seed=seed,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrialConfig:
+        return cls(**d)
+
+
+def describe(exp: Experiment) -> dict[str, Any]:
+    """Parameters of the search space and its size.
+
+    Returns:
+        ``{"parameters": [{"name", "domain", "when"}...], "size": int | inf,
+        "searched": int}``; ``size`` counts distinct configurations across all
+        conditional branches and is ``inf`` when any applicable range is continuous.
+    """
+    params: list[dict[str, Any]] = []
+
+    def add(name: str, param: Any, when: str | None = None) -> float:
+        searched = not isinstance(param, (str, int, float, bool))
+        params.append(
+            {
+                "name": name,
+                "domain": param.model_dump() if searched else {"fixed": param},
+                "when": when,
+            }
+        )
+        return param.size() if searched else 1
+
+    size = 0.0
+    fam_size = add("model.family", exp.model.family)
+    del fam_size
+    for fam in exp.model.families():
+        branch = 1.0
+        for key, p in exp.model.branch(fam).items():
+            branch *= add(f"model.{fam}.{key}", p, when=f"model.family == {fam}")
+        size += branch
+    for key in _TRAINING_KEYS:
+        param = getattr(exp.training, key)
+        if key == "optimizer":
+            opt_size = 0.0
+            for opt in values_of(param) or []:
+                branch = 1.0
+                if opt == "sgd":
+                    for k, p in dict(exp.training.sgd).items():
+                        branch *= add(f"training.sgd.{k}", p, when="training.optimizer == sgd")
+                opt_size += branch
+            add("training.optimizer", param)
+            size *= opt_size
+        else:
+            size *= add(f"training.{key}", param)
+    searched = sum(1 for p in params if "fixed" not in p["domain"])
+    return {"parameters": params, "size": size if math.isfinite(size) else math.inf,
+            "searched": searched}

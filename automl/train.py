@@ -1,0 +1,206 @@
+"""The training loop every trial, fold and fine-tuning step runs.
+
+Straight-line PyTorch: shuffled minibatches from in-memory tensors, one optimizer
+step per batch, a per-step cosine learning-rate schedule, evaluation once per
+epoch. Checkpoints are self-describing dicts (weights plus the config that built
+the model) that load with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.metrics import f1_score
+from torch import nn
+
+from automl.models import build_model
+from automl.space import TrialConfig
+
+CHECKPOINT_FORMAT = "automl.checkpoint/1"
+
+
+def set_threads(cpus: float) -> int:
+    """Give torch as many intra-op threads as the trial has CPUs (at least 1)."""
+    n = max(1, int(cpus))
+    torch.set_num_threads(n)
+    return n
+
+
+def make_optimizer(model: nn.Module, cfg: TrialConfig) -> torch.optim.Optimizer:
+    """Adam, AdamW (decoupled decay, Loshchilov & Hutter 2019) or SGD with momentum."""
+    params = model.parameters()
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(
+            params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov and cfg.momentum > 0,
+            weight_decay=cfg.weight_decay,
+        )
+    raise ValueError(f"unknown optimizer {cfg.optimizer!r}; use adam, adamw or sgd")
+
+
+def make_lr_schedule(opt: torch.optim.Optimizer, cfg: TrialConfig, steps_per_epoch: int):
+    """Per-step cosine decay to 0 over ``cfg.epochs`` (Loshchilov & Hutter 2017), or constant."""
+    total = max(1, cfg.epochs * steps_per_epoch)
+    if cfg.lr_schedule == "constant":
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda step: 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+    )
+
+
+def batches(n: int, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
+    """Shuffled index batches over ``range(n)``; the same seed gives the same order."""
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(n, generator=g)
+    for start in range(0, n, batch_size):
+        yield perm[start : start + batch_size]
+
+
+def train_epoch(
+    model: nn.Module, opt: torch.optim.Optimizer, sched, X: torch.Tensor, y: torch.Tensor,
+    batch_size: int, seed: int, loss_fn: nn.Module,
+) -> float:
+    """One pass over ``X`` ``(N, ...)`` / ``y`` ``(N,)``; returns the mean training loss."""
+    model.train()
+    total, count = 0.0, 0
+    for idx in batches(len(y), batch_size, seed):
+        xb, yb = X[idx], y[idx]  # (B, ...), (B,)
+        loss = loss_fn(model(xb), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        total += float(loss.detach()) * len(yb)
+        count += len(yb)
+    return total / max(count, 1)
+
+
+@torch.inference_mode()
+def predict(model: nn.Module, X: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+    """Logits ``(N, num_classes)`` for ``X`` ``(N, ...)``, in eval mode."""
+    model.eval()
+    return torch.cat([model(X[i : i + batch_size]) for i in range(0, len(X), batch_size)])
+
+
+def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """Cross-entropy loss, accuracy and macro F1 (scikit-learn) of ``model`` on ``(X, y)``."""
+    logits = predict(model, X)
+    pred = logits.argmax(1)
+    return {
+        "loss": float(nn.functional.cross_entropy(logits, y)),
+        "accuracy": float((pred == y).float().mean()),
+        "f1": float(f1_score(y.numpy(), pred.numpy(), average="macro", zero_division=0)),
+    }
+
+
+def to_tensors(X: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copy numpy arrays (possibly read-only, from Ray's object store) into tensors."""
+    return torch.tensor(np.asarray(X), dtype=torch.float32), torch.tensor(np.asarray(y), dtype=torch.long)
+
+
+@dataclass
+class TrainState:
+    """A model being trained, its optimizer and schedule, and epochs done so far."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: Any
+    cfg: TrialConfig
+    input_shape: tuple[int, ...]
+    num_classes: int
+    epoch: int = 0
+
+    @classmethod
+    def create(cls, cfg: TrialConfig, input_shape, num_classes: int, n_train: int) -> TrainState:
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg.arch, tuple(input_shape), num_classes, init=cfg.init)
+        opt = make_optimizer(model, cfg)
+        sched = make_lr_schedule(opt, cfg, math.ceil(n_train / cfg.batch_size))
+        return cls(model, opt, sched, cfg, tuple(input_shape), num_classes)
+
+    def checkpoint(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
+        """A self-describing dict: weights, optimizer and schedule state, the config."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.cfg.to_dict(),
+            "input_shape": list(self.input_shape),
+            "num_classes": self.num_classes,
+            "epoch": self.epoch,
+            "metrics": dict(metrics or {}),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+        }
+
+    def restore(self, ckpt: dict[str, Any]) -> None:
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.schedule.load_state_dict(ckpt["schedule"])
+        self.epoch = int(ckpt["epoch"])
+
+
+def fit(
+    state: TrainState,
+    train: tuple[torch.Tensor, torch.Tensor],
+    val: tuple[torch.Tensor, torch.Tensor] | None,
+    on_epoch: Callable[[TrainState, dict[str, float]], None] | None = None,
+    epochs: int | None = None,
+) -> dict[str, float]:
+    """Train from ``state.epoch`` up to ``epochs`` (default ``state.cfg.epochs``).
+
+    After each epoch, ``on_epoch(state, metrics)`` is called with ``epoch``,
+    ``train_loss``, ``train_time_s`` (seconds in the training step) and, when
+    ``val`` is given, ``val_loss``, ``val_accuracy`` and ``val_f1``.
+
+    Returns:
+        The metrics of the last epoch.
+    """
+    cfg = state.cfg
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    metrics: dict[str, float] = {}
+    for epoch in range(state.epoch, epochs or cfg.epochs):
+        t0 = time.perf_counter()
+        train_loss = train_epoch(
+            state.model, state.optimizer, state.schedule, *train, cfg.batch_size,
+            cfg.seed * 100_003 + epoch, loss_fn,
+        )
+        metrics = {"epoch": epoch + 1, "train_loss": train_loss,
+                   "train_time_s": time.perf_counter() - t0}
+        if val is not None:
+            metrics.update({f"val_{k}": v for k, v in evaluate(state.model, *val).items()})
+        state.epoch = epoch + 1
+        if on_epoch is not None:
+            on_epoch(state, metrics)
+    return metrics
+
+
+def load_checkpoint(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+    """Rebuild a model from a checkpoint file written by :meth:`TrainState.checkpoint`.
+
+    Loads with ``torch.load(weights_only=True)``: a file carrying pickled code is refused.
+
+    Returns:
+        ``(model in eval mode, checkpoint dict)``.
+
+    Raises:
+        ValueError: the file is not an automl checkpoint.
+        pickle.UnpicklingError: the file holds more than tensors and plain data.
+    """
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: not an automl checkpoint (format {CHECKPOINT_FORMAT})")
+    cfg = TrialConfig.from_dict(ckpt["config"])
+    model = build_model(cfg.arch, tuple(ckpt["input_shape"]), ckpt["num_classes"], init="default")
+    model.load_state_dict(ckpt["model"])
+    model.eval()
+    return model, ckpt

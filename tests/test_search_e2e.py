@@ -1,0 +1,107 @@
+"""A small real sweep on digits: Ray Tune + OptunaSearch + ASHA, in-process trials."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import optuna
+import pytest
+import torch
+from conftest import write_spec
+from rich.console import Console
+
+from automl.errors import ResourceError
+from automl.pipeline import choose_run_dir, run_main_job
+from automl.spec import load_spec
+from automl.train import load_checkpoint
+
+TINY = """
+name: tiny
+model:
+  family: resnet
+  resnet: {depth: 1, width: {type: categorical, choices: [8, 16]}, stages: 2}
+training:
+  optimizer: adam
+  lr: {type: float, low: 1e-3, high: 1e-2, log: true}
+  batch_size: 128
+  epochs: {type: int, low: 2, high: 4, step: 2}
+  init: {type: categorical, choices: [kaiming, default]}
+search: {num_samples: 6, seed: 0, sampler: tpe, n_startup_trials: 3}
+scheduler: {grace_period: 1, reduction_factor: 2, max_epochs: 4}
+selection: {top_k: 3}
+resources: {cpus_per_trial: 1}
+"""
+
+
+@pytest.fixture(scope="module")
+def sweep(ray_cluster, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sweep")
+    exp = load_spec(write_spec(tmp, TINY))
+    run_dir = choose_run_dir(exp, str(tmp / "runs"), None)
+    summary = run_main_job(exp, run_dir, console=Console(quiet=True))
+    return exp, run_dir, summary
+
+
+def test_every_trial_is_recorded_with_its_end_state(sweep):
+    exp, run_dir, summary = sweep
+    trials = json.loads((run_dir / "trials.json").read_text())
+    assert len(trials) == 6 == summary["trials"]["total"]
+    counts = summary["trials"]
+    assert counts["completed"] + counts["stopped_early"] + counts["failed"] == 6
+    assert counts["failed"] == 0
+    assert summary["search"]["max_concurrent"] == 2
+    for t in trials:
+        assert [h["epoch"] for h in t["history"]] == list(range(1, t["epochs_run"] + 1))
+        assert t["target_epochs"] in (2, 4)
+        if t["end_state"] == "stopped_early":
+            assert t["epochs_run"] in (1, 2) and t["epochs_run"] < t["target_epochs"]
+        else:
+            assert t["epochs_run"] == t["target_epochs"]
+    lines = (run_dir / "trials.jsonl").read_text().splitlines()
+    assert len(lines) == sum(t["epochs_run"] for t in trials)
+
+
+def test_leaderboard_is_ranked_and_best_is_scored_on_test(sweep):
+    exp, run_dir, summary = sweep
+    board = summary["leaderboard"]
+    assert len(board) == 3
+    values = [r["val_accuracy"] for r in board]
+    assert values == sorted(values, reverse=True)
+    assert summary["best"]["trial_id"] == board[0]["trial_id"]
+    assert summary["best"]["val"]["val_accuracy"] == pytest.approx(values[0])
+    assert 0.5 < summary["test"]["accuracy"] <= 1.0
+    assert summary["test"]["rows"] == summary["data"]["split"]["test"] == 360
+
+
+def test_best_checkpoint_reloads_safely_and_reproduces_test_score(sweep):
+    exp, run_dir, summary = sweep
+    from automl.data import fit_transform, load_dataset, split_indices
+    from automl.train import evaluate, to_tensors
+
+    model, ckpt = load_checkpoint(run_dir / "best" / "model.pt")
+    assert ckpt["config"]["arch"]["family"] == "resnet"
+    raw = torch.load(run_dir / "best" / "model.pt", weights_only=True)
+    assert set(raw) >= {"model", "config", "epoch", "input_shape", "num_classes"}
+    data = load_dataset(exp.data)
+    s = split_indices(data.y, exp.data.test_size, exp.data.val_size, exp.data.seed)
+    _, (Xte, yte) = fit_transform(data, s.train, s.test)
+    acc = evaluate(model, *to_tensors(Xte, yte))["accuracy"]
+    assert acc == pytest.approx(summary["test"]["accuracy"])
+
+
+def test_study_persists_in_sqlite_and_spec_round_trips(sweep):
+    exp, run_dir, summary = sweep
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{run_dir / 'study.db'}")
+    assert len(study.trials) == 6
+    assert {"training.lr", "model.resnet.width", "training.epochs"} <= set(study.trials[0].params)
+    assert load_spec(run_dir / "spec.yaml") == exp
+
+
+def test_infeasible_trial_fails_fast_with_need_and_have(ray_cluster, tmp_path):
+    exp = load_spec(write_spec(tmp_path, TINY + "\n"), {"resources.cpus_per_trial": 8})
+    t0 = time.monotonic()
+    with pytest.raises(ResourceError, match=r"needs CPU=8 on one node, but the largest node has CPU=2"):
+        run_main_job(exp, tmp_path / "run", console=Console(quiet=True))
+    assert time.monotonic() - t0 < 10
+    assert not (tmp_path / "run").exists()
