@@ -176,9 +176,13 @@ def print_leaderboard(console: Console, rows: list[dict], metric: str) -> None:
     table = Table(title="leaderboard", show_lines=False)
     for col in ("rank", "trial", metric, "epochs", "end", "config"):
         table.add_column(col)
+    # show what differs between the rows; what they share is in spec.yaml
+    keys = sorted({k for r in rows for k in r["params"]})
+    varying = [k for k in keys if len({repr(r["params"].get(k)) for r in rows}) > 1] or keys
     for i, r in enumerate(rows, 1):
         value = r.get(metric)
-        cfg = ", ".join(f"{k.split('.')[-1]}={_fmt(v)}" for k, v in r["params"].items())
+        cfg = " ".join(f"{k.split('.')[-1]}={_fmt(r['params'][k])}" for k in varying
+                       if k in r["params"])
         table.add_row(str(i), r["trial_id"], f"{value:.4f}" if value is not None else "-",
                       str(r["epochs"]), r["end_state"], cfg)
     console.print(table)

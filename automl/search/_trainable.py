@@ -34,13 +34,30 @@ class TrialData:
     num_classes: int
 
 
+def checkpoint_epochs(exp: Experiment, epochs: int) -> set[int]:
+    """Epochs after which a trial saves a checkpoint: ASHA's rungs (where a trial can be
+    stopped, so its last checkpoint is its last epoch) and the trial's final epoch.
+
+    Rungs are ``grace_period * reduction_factor**k`` epochs (Li et al. 2020). Saving
+    only there keeps Tune's experiment-state snapshots (forced per checkpoint) rare.
+    """
+    keep = {epochs}
+    sch = exp.scheduler
+    if sch.type == "asha":
+        rung = float(sch.grace_period)
+        while rung < exp.max_epochs:
+            keep.add(int(round(rung)))
+            rung *= sch.reduction_factor
+    return {e for e in keep if e <= epochs}
+
+
 def run_trial(config: dict, *, data: TrialData, exp: Experiment) -> None:
     """Ray Tune function trainable.
 
     Reports ``epoch``, ``train_loss``, ``val_loss``, ``val_accuracy``, ``val_f1``,
-    ``train_time_s`` and ``setup_s`` after every epoch, with a checkpoint
-    (``checkpoint.pt``, see :meth:`TrainState.checkpoint`). Resumes from Tune's
-    checkpoint when the trial is restored.
+    ``train_time_s`` and ``setup_s`` after every epoch; at the epochs of
+    :func:`checkpoint_epochs` the report carries a checkpoint (``checkpoint.pt``, see
+    :meth:`TrainState.checkpoint`). Resumes from Tune's checkpoint when restored.
     """
     t_start = time.perf_counter()
     set_threads(exp.resources.cpus_per_trial)
@@ -54,8 +71,13 @@ def run_trial(config: dict, *, data: TrialData, exp: Experiment) -> None:
             state.restore(torch.load(os.path.join(d, "checkpoint.pt"), weights_only=True))
     setup_s = time.perf_counter() - t_start
 
+    keep = checkpoint_epochs(exp, cfg.epochs)
+
     def report(st: TrainState, metrics: dict) -> None:
         metrics = {**metrics, "setup_s": setup_s if st.epoch == 1 else 0.0}
+        if st.epoch not in keep:
+            tune.report(metrics)
+            return
         with tempfile.TemporaryDirectory() as d:
             torch.save(st.checkpoint(metrics), os.path.join(d, "checkpoint.pt"))
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))

@@ -96,7 +96,7 @@ def run_search(
         run_config=tune.RunConfig(
             name="tune",
             storage_path=str(run_dir.resolve()),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
             failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
             callbacks=[progress],
             verbose=0,
