@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps mf-prior-bench==1.10.0
 	$(BIN)/python -m pip install -q --no-deps -e .
 	@touch $(STAMP)
 

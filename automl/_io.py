@@ -1,4 +1,8 @@
-"""Atomic file writes: a reader never sees half a file, a crash never loses the old one."""
+"""Atomic file writes: a reader never sees half a file, a crash never loses the old one.
+
+Everything written here passes through :func:`automl._redact.redact_text`, so an API key
+or cloud credential in the environment never lands in a saved spec, summary or report.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from automl._redact import redact_text
+
+# mkstemp creates 0600 files; written files get the usual 0666 & ~umask instead
+UMASK = os.umask(0)
+os.umask(UMASK)
+
 
 def write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    """Write ``text`` (secrets redacted) to ``path`` via a temporary file in the same folder
+    and ``os.replace``."""
     path = Path(path)
+    text = redact_text(text)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~UMASK)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

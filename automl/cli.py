@@ -1,4 +1,5 @@
-"""Command line: ``automl search``, ``automl validate``.
+"""Command line: ``automl search``, ``automl validate``, ``automl report``,
+``automl compress``, ``automl registry list|show|promote``.
 
 Every error this package raises on purpose becomes one line on stderr and a
 stable exit code: 0 success, 1 failed run, 2 bad input (spec, data, flags),
@@ -72,9 +73,24 @@ def search(
     address: Optional[str] = typer.Option(
         None, help="Ray cluster address (default: $RAY_ADDRESS, else start Ray locally)"
     ),
+    dashboard_host: str = typer.Option(
+        "127.0.0.1", help="interface the local Ray dashboard listens on (port 8265); "
+        "anything but loopback exposes it to the network"
+    ),
+    dashboard_port: int = typer.Option(8265, help="port of the local Ray dashboard (0: any)"),
+    metrics_port: Optional[int] = typer.Option(
+        None, help="Prometheus metrics port of the local Ray node (default: a free port)"
+    ),
 ) -> None:
     """Run the sweep SPEC describes and write a run directory with summary.json."""
+    from automl.runtime import is_loopback
     from automl.spec import load_spec
+
+    if not is_loopback(dashboard_host):
+        err_console.print(f"warning: the Ray dashboard will listen on {dashboard_host}, "
+                          "reachable from the network; anyone who can reach it and holds the "
+                          "cluster token (`ray get-auth-token`) can run code on this machine",
+                          style="yellow", highlight=False)
 
     overrides = {"search.num_samples": num_samples} if num_samples is not None else {}
     try:
@@ -82,7 +98,120 @@ def search(
         from automl.pipeline import choose_run_dir, run_main_job
 
         run_dir = choose_run_dir(exp, output, name)
-        run_main_job(exp, run_dir, address=address, console=console)
+        run_main_job(exp, run_dir, address=address, console=console,
+                     dashboard_host=dashboard_host, dashboard_port=dashboard_port,
+                     metrics_port=metrics_port)
+    except AutoMLError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+registry_app = typer.Typer(no_args_is_help=True, help="The local model registry.")
+app.add_typer(registry_app, name="registry")
+RegistryDir = typer.Option("runs/registry", "--dir", help="registry folder")
+
+
+@registry_app.command("list")
+def registry_list(registry_dir: Path = RegistryDir) -> None:
+    """List registered models: versions, latest, aliases, test accuracy of the latest."""
+    from rich.table import Table
+
+    from automl.registry import Registry
+
+    reg = Registry(registry_dir)
+    names = reg.names()
+    if not names:
+        console.print(f"no models registered in {registry_dir}")
+        return
+    table = Table(title=f"registry {registry_dir}")
+    for col in ("name", "versions", "latest", "aliases", "kind", "test accuracy", "created"):
+        table.add_column(col)
+    for name in names:
+        versions = reg.versions(name)
+        last = versions[-1]
+        aliases = ", ".join(f"{a}->{e['version']}" for a, e in sorted(reg.aliases(name).items()))
+        acc = (last.lineage.get("test") or {}).get("accuracy")
+        table.add_row(name, str(len(versions)), str(last.version), aliases or "-",
+                      str(last.lineage.get("kind", "-")),
+                      f"{acc:.4f}" if isinstance(acc, float) else "-", last.created_at)
+    console.print(table)
+
+
+@registry_app.command("show")
+def registry_show(ref: str = typer.Argument(..., help="NAME, NAME@VERSION or NAME@ALIAS"),
+                  registry_dir: Path = RegistryDir) -> None:
+    """Print one version's record (files, lineage, aliases, tracking) as JSON."""
+    import json
+
+    from automl.registry import Registry
+
+    try:
+        version = Registry(registry_dir).get(ref)
+    except AutoMLError as e:
+        _fail(e)
+    console.print(json.dumps(version.to_dict(), indent=2), markup=False, highlight=False)
+
+
+@registry_app.command("promote")
+def registry_promote(
+    ref: str = typer.Argument(..., help="NAME@VERSION to promote"),
+    alias: str = typer.Option("champion", help="alias to point at it"),
+    registry_dir: Path = RegistryDir,
+    wandb: bool = typer.Option(True, help="also add the alias to the W&B model artifact"),
+) -> None:
+    """Point ALIAS at NAME@VERSION (moving it from any other version)."""
+    from automl.registry import Registry
+
+    try:
+        version = Registry(registry_dir).set_alias(ref, alias)
+    except AutoMLError as e:
+        _fail(e)
+    console.print(f"{version.ref} is now {version.name}@{alias}", highlight=False)
+    if wandb and version.tracking:
+        from automl.tracking import log_alias
+
+        try:
+            mode = log_alias(version, alias)
+        except Exception as e:  # the registry change stands; say what W&B refused
+            err_console.print(f"warning: W&B alias not logged: {type(e).__name__}: {e}",
+                              style="yellow", highlight=False)
+            return
+        if mode:
+            console.print(f"wandb  artifact {version.tracking['artifact']}:{alias} logged "
+                          f"({mode})", highlight=False)
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="run directory of a finished search"),
+           out: Optional[Path] = typer.Option(None, help="output folder (default RUN_DIR/report)")
+           ) -> None:
+    """Write an HTML report with PNG figures of RUN_DIR (opens offline)."""
+    try:
+        from automl.report import build_report
+
+        result = build_report(run_dir, out)
+    except AutoMLError as e:
+        _fail(e)
+    for name, why in result.skipped.items():
+        console.print(f"  {name}: not drawn ({why})", highlight=False)
+    console.print(f"report {result.index} ({len(result.figures)} figures)", highlight=False)
+
+
+@app.command()
+def compress(
+    run_dir: Path = typer.Argument(..., help="run directory of a finished search"),
+    spec: Optional[Path] = typer.Option(
+        None, help="spec whose compression section replaces the run's (data and split "
+        "still come from RUN_DIR/spec.yaml)"),
+) -> None:
+    """Re-run the compression chain alone on RUN_DIR's winner; rewrites RUN_DIR/compression/
+    and the compression section of RUN_DIR/summary.json."""
+    try:
+        from automl.compress.job import compress_run
+
+        compress_run(run_dir, spec, console=console)
     except AutoMLError as e:
         _fail(e)
     except KeyboardInterrupt:

@@ -55,3 +55,10 @@ class RunError(AutoMLError):
     """The sweep ran but failed (e.g. every trial failed)."""
 
     exit_code = EXIT_FAILED_RUN
+
+
+class RegistryError(AutoMLError):
+    """A model-registry reference or entry is invalid or missing; ``where`` is the
+    registry folder or the reference (``NAME@VERSION``)."""
+
+    exit_code = EXIT_BAD_INPUT

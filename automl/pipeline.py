@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -17,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from automl._io import write_json, write_text
-from automl.errors import ResourceError, RunError, SpecError
-from automl.spec import Experiment
+from automl.errors import DataError, ResourceError, RunError, SpecError
+from automl.spec import IMAGE_FAMILIES, Experiment
 
 
 def choose_run_dir(exp: Experiment, output: str | None, name: str | None) -> Path:
@@ -53,6 +52,22 @@ def choose_run_dir(exp: Experiment, output: str | None, name: str | None) -> Pat
     return run_dir
 
 
+def check_storage(exp: Experiment, nodes: int) -> None:
+    """On a cluster of several nodes, trial checkpoints must go where every node can
+    write and the driver can read: a storage URI or a declared shared filesystem.
+
+    Raises:
+        ResourceError: more than one node and a node-local output folder.
+    """
+    if nodes > 1 and not (exp.output.storage_uri or exp.output.shared):
+        raise ResourceError(
+            f"the cluster has {nodes} nodes but output.dir '{exp.output.dir}' is local to "
+            "this node", where="output",
+            fix="set output.storage_uri (s3://..., gs://...) or output.shared: true "
+                "if that folder is a shared filesystem",
+        )
+
+
 def spec_hash(exp: Experiment) -> str:
     """sha256 of the resolved spec (canonical JSON), for lineage."""
     return hashlib.sha256(json.dumps(exp.to_dict(), sort_keys=True).encode()).hexdigest()
@@ -64,61 +79,86 @@ def run_main_job(
     *,
     address: str | None = None,
     console: Console | None = None,
+    dashboard_host: str = "127.0.0.1",
+    dashboard_port: int = 8265,
+    metrics_port: int | None = None,
 ) -> dict:
-    """Load data, run the search on Ray, score the best trial on the test split.
+    """Load and clean data, run the search on Ray, cross-validate the top k, retrain the
+    winner on all training rows (train + validation) and score it once on the test split.
 
     Returns:
         The summary dict also written to ``<run_dir>/summary.json``.
 
     Raises:
-        DataError: the data cannot be loaded (before Ray starts).
+        DataError: the data cannot be loaded, or a class is too small for the split or
+            the folds (before Ray starts).
         ResourceError: trials cannot be placed.
-        RunError: no trial finished.
+        RunError: no trial finished, or cross-validation failed or timed out.
     """
     import yaml
 
     from automl.data import fit_transform, load_dataset, split_indices
+    from automl.selection import make_folds
 
     console = console or Console()
     t0 = time.perf_counter()
     dataset = load_dataset(exp.data)
-    splits = split_indices(dataset.y, exp.data.test_size, exp.data.val_size, exp.data.seed)
-    (X_tr, y_tr), (X_val, y_val), (X_te, y_te) = fit_transform(
-        dataset, splits.train, splits.val, splits.test
+    _check_kind(exp, dataset)
+    splits = split_indices(dataset.y, exp.data.test_size, exp.data.val_size, exp.data.seed,
+                           classes=dataset.classes)
+    # the fold plan is checked now (tiny classes), before any cluster time is spent
+    sel = exp.selection
+    make_folds(dataset.y, splits.pool, sel.cv_folds, sel.cv_repeats, exp.data.seed,
+               allow_fewer=sel.allow_fewer_folds, classes=dataset.classes)
+    (X_tr, y_tr), (X_val, y_val), _ = fit_transform(
+        dataset, splits.train, splits.val, splits.test, impute=exp.data.impute
     )
-    data_info = {**dataset.describe(), "split": splits.sizes()}
-    console.print(f"data   {dataset.name}: {len(dataset.y)} rows, input {dataset.input_shape}, "
-                  f"{dataset.num_classes} classes; split {splits.sizes()}")
+    data_info = {**dataset.describe(), "split": splits.sizes(),
+                 "model_input_shape": list(X_tr.shape[1:])}  # after one-hot encoding
+    counts = ", ".join(f"{c}: {n}" for c, n in list(data_info["class_counts"].items())[:12])
+    console.print(f"data   {dataset.name}: {dataset.n_rows} rows, input {tuple(X_tr.shape[1:])}, "
+                  f"{dataset.num_classes} classes ({counts}); removed "
+                  f"{data_info['cleaning']['duplicate_rows']} duplicate and "
+                  f"{data_info['cleaning']['missing_target_rows']} unlabelled rows; "
+                  f"split {splits.sizes()}", highlight=False)
 
     from automl import runtime
-    from automl.search import admit, run_search
+    from automl.search import admit_trials, run_search
     from automl.search._trainable import TrialData
 
-    handle = runtime.connect(address, exp.resources.num_cpus, exp.resources.object_store_mb)
+    handle = runtime.connect(address, exp.resources.num_cpus, exp.resources.object_store_mb,
+                             dashboard_host=dashboard_host, dashboard_port=dashboard_port,
+                             metrics_export_port=metrics_port)
     try:
         console.print(f"ray    {'started locally' if handle.started else 'connected'}"
-                      + (f"; dashboard {handle.dashboard_url}" if handle.dashboard_url else ""))
+                      + (f"; dashboard {handle.dashboard_url}" if handle.dashboard_url else "")
+                      + (f"; metrics {handle.metrics_url}" if handle.metrics_url else ""))
         # admission before anything is written: an impossible request leaves no run dir
-        admission = admit({"CPU": exp.resources.cpus_per_trial}, exp.search.max_concurrent)
+        admission = admit_trials(exp.resources)
+        check_storage(exp, admission.nodes)
         run_dir.mkdir(parents=True, exist_ok=True)
         write_text(run_dir / "spec.yaml", yaml.safe_dump(exp.to_dict(), sort_keys=False))
         write_json(run_dir / "data.json", data_info)
-        data = TrialData(X_tr, y_tr, X_val, y_val, dataset.input_shape, dataset.num_classes)
+        data = TrialData(X_tr, y_tr, X_val, y_val, tuple(X_tr.shape[1:]), dataset.num_classes)
         console.print(f"search {exp.search.num_samples} trials, sampler {exp.search.sampler}, "
                       f"scheduler {exp.scheduler.type}, {admission.max_concurrent} at a time, "
                       f"run dir {run_dir}")
-        result = run_search(exp, data, run_dir, admission, console)
+        from automl.tracking._callbacks import sweep_callbacks
+
+        target, callbacks = sweep_callbacks(exp, run_dir)
+        result = run_search(exp, data, run_dir, admission, console, callbacks=callbacks)
+        write_json(run_dir / "trials.json", [t.to_dict() for t in result.trials])
+        top = result.ranked[: exp.selection.top_k]
+        leaderboard = [_row(t, result.metric) for t in top]
+        write_json(run_dir / "leaderboard.json", leaderboard)
+        if result.best is None:
+            raise RunError(f"no trial finished ({result.counts()}); see {run_dir}/trials.json",
+                           where=str(run_dir))
+        print_leaderboard(console, leaderboard, result.metric)
+        cv, final = _select(exp, dataset, splits, top, run_dir, console)
     finally:
         runtime.shutdown(handle)
-
-    write_json(run_dir / "trials.json", [t.to_dict() for t in result.trials])
-    top = result.ranked[: exp.selection.top_k]
-    leaderboard = [_row(t, result.metric) for t in top]
-    write_json(run_dir / "leaderboard.json", leaderboard)
-    if result.best is None:
-        raise RunError(f"no trial finished ({result.counts()}); see {run_dir}/trials.json",
-                       where=str(run_dir))
-    test = _score_best(result.best, run_dir, X_te, y_te)
+    winner = cv.winner_candidate
     summary = {
         "name": exp.name,
         "run_dir": str(run_dir),
@@ -132,21 +172,39 @@ def run_main_job(
             "config": result.best.config,
             "epochs": result.best.epochs_run,
             "val": result.best.metrics,
-            "checkpoint": str(run_dir / "best" / "model.pt"),
         },
-        "test": test,
+        "winner": {
+            "trial_id": winner.trial_id,
+            "reason": cv.reason,
+            "search_rank": winner.rank,
+            "changed_vs_search_best": winner.trial_id != result.best.trial_id,
+            "params": winner.params,
+            "config": winner.config,
+            "n_params": winner.n_params,
+            "cv": winner.summary,
+            "checkpoint": str(run_dir / "best" / "model.pt"),
+            "trained_on": "train + validation rows",
+        },
+        "cv": cv.to_dict(),
+        "test": {**final["test"], "model": "CV winner retrained on train + validation rows"},
+        "confusion_matrix": str(run_dir / "confusion_matrix.json"),
         "trials": result.counts(),
         "search": {k: v for k, v in result.to_dict().items() if k not in ("trials", "ranked")},
         "leaderboard": leaderboard,
         "wall_time_s": round(time.perf_counter() - t0, 2),
     }
+    from automl.publish import publish
+
+    summary.update(publish(exp, run_dir, summary, target, console))
     write_json(run_dir / "summary.json", summary)
-    print_leaderboard(console, leaderboard, result.metric)
+    s = winner.summary[cv.metric]
     console.print(
-        f"best   trial {result.best.trial_id}: val {result.metric}="
-        f"{result.best.metrics.get(result.metric, float('nan')):.4f}, "
-        f"test accuracy={test['accuracy']:.4f}; trials {result.counts()}; "
-        f"wall {summary['wall_time_s']:.0f}s; summary {run_dir / 'summary.json'}"
+        f"winner trial {winner.trial_id} (search rank {winner.rank}): CV {cv.metric} "
+        f"{s['mean']:.4f} ± {s['std']:.4f}; retrained on {final['test']['train_rows']} rows, "
+        f"test accuracy={final['test']['accuracy']:.4f}"
+        + (f", {cv.metric}={final['test'][cv.metric]:.4f}" if cv.metric != "accuracy" else "")
+        + f"; trials {result.counts()}; "
+        f"wall {summary['wall_time_s']:.0f}s; summary {run_dir / 'summary.json'}", highlight=False
     )
     return summary
 
@@ -156,20 +214,43 @@ def _row(t, metric: str) -> dict:
             "end_state": t.end_state, "params": t.params}
 
 
-def _score_best(best, run_dir: Path, X_te, y_te) -> dict:
-    """Reload the best trial's checkpoint (weights_only) and score it once on the test split."""
-    from automl.train import evaluate, load_checkpoint, to_tensors
+def _check_kind(exp: Experiment, dataset) -> None:
+    """Spec choices that need images, checked against data whose kind only the file
+    tells (npz)."""
+    if dataset.kind == "image":
+        return
+    families = [f for f in exp.model.families() if f in IMAGE_FAMILIES]
+    if families:
+        raise DataError(f"holds tabular features but model.family '{families[0]}' needs images",
+                        where=dataset.name, fix="use model.family: mlp")
+    if not exp.data.augment.is_identity():
+        raise DataError("holds tabular features but data.augment needs images",
+                        where=dataset.name, fix="remove data.augment")
 
-    if best.checkpoint is None:
-        raise RunError(f"best trial {best.trial_id} left no checkpoint", where=str(run_dir))
-    src = Path(best.checkpoint) / "checkpoint.pt"
+
+def _select(exp: Experiment, dataset, splits, top, run_dir: Path, console):
+    """Cross-validate ``top``, refit the winner on train + validation rows and score it once
+    on the test split; writes ``cv.json``, ``best/model.pt`` and ``confusion_matrix.json``.
+    Folds are single-process Ray tasks with their own admission (one worker's resources)."""
+    import torch
+
+    from automl.selection import cross_validate, print_cv_table, refit_and_test
+
+    sel = exp.selection
+    console.print(f"cv     top {len(top)} trials, {sel.cv_folds} folds x {sel.cv_repeats} "
+                  f"repeat(s) on {len(splits.pool)} training rows"
+                  + (", fold halving" if sel.fold_halving else ""), highlight=False)
+    cv = cross_validate(exp, dataset, splits.pool, top, console=console)
+    write_json(run_dir / "cv.json", cv.to_dict())
+    print_cv_table(console, cv)
+    final = refit_and_test(exp, dataset, splits, cv.winner_candidate.config)
     dst = run_dir / "best" / "model.pt"
     dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dst)
-    model, _ = load_checkpoint(dst)
-    scores = evaluate(model, *to_tensors(X_te, y_te))
-    return {"accuracy": scores["accuracy"], "loss": scores["loss"], "f1": scores["f1"],
-            "rows": int(len(y_te)), "model": "best trial checkpoint, reloaded"}
+    tmp = dst.with_name(f".model.pt.{os.getpid()}")
+    torch.save(final["checkpoint"], tmp)
+    os.replace(tmp, dst)
+    write_json(run_dir / "confusion_matrix.json", final["confusion_matrix"])
+    return cv, final
 
 
 def print_leaderboard(console: Console, rows: list[dict], metric: str) -> None:

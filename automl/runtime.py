@@ -2,24 +2,61 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
+import socket
 from dataclasses import dataclass
+
+from automl.errors import ResourceError
 
 # Before ray is imported anywhere: no usage-stats prompt or upload, quiet Tune output.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "0")
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
+# Train V2's controller polls its workers at this interval and a report waits for the
+# poll: the default 2 s adds up to 2 s per epoch to every data-parallel trial.
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
 
 
 @dataclass(frozen=True)
 class RayHandle:
-    """What :func:`connect` did: ``started`` is True when this process owns the instance."""
+    """What :func:`connect` did: ``started`` is True when this process owns the instance;
+    ``metrics_url`` is the Prometheus endpoint of the local node (None when joining a
+    cluster: each node exports its own)."""
 
     started: bool
     address: str
     dashboard_url: str | None
+    metrics_url: str | None = None
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def port_free(host: str, port: int) -> bool:
+    """True when a TCP server could listen on ``host:port`` now."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A TCP port that is free right now on every interface (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
 
 
 def connect(
@@ -28,6 +65,7 @@ def connect(
     object_store_mb: int = 512,
     dashboard_host: str = "127.0.0.1",
     dashboard_port: int = 8265,
+    metrics_export_port: int | None = None,
 ) -> RayHandle:
     """Join the cluster at ``address`` (or ``RAY_ADDRESS``), or start a local Ray.
 
@@ -36,6 +74,10 @@ def connect(
     on ``dashboard_host:dashboard_port`` (loopback unless asked otherwise; Ray
     Train needs the dashboard's State API, see FIELD-NOTES). An already
     initialised Ray in this process is reused as is.
+
+    Metrics (Ray's and this package's ``ray_automl_*``, see ``automl.monitoring``) are
+    exported in Prometheus format on ``metrics_export_port`` (default: a free port);
+    Ray's exporter listens on every interface, like its other services.
     """
     import ray
 
@@ -46,6 +88,21 @@ def connect(
     if address:
         info = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
         return RayHandle(False, address, _dashboard(info))
+    for port, what, flag in ((dashboard_port, "dashboard", "--dashboard-port"),
+                             (metrics_export_port, "metrics", "--metrics-port")):
+        if port and not port_free(dashboard_host if what == "dashboard" else "", port):
+            raise ResourceError(f"port {port} for the Ray {what} is already in use (another "
+                                "Ray instance?)", where=f"{dashboard_host}:{port}",
+                                fix=f"stop it, or pass {flag} 0 to use a free port")
+    metrics_export_port = metrics_export_port or free_port()
+    dashboard_port = dashboard_port or free_port()
+    # Ray Train's placement-group cleaner finds the State API by auto-detection, which
+    # fails when several Ray instances run on one machine ("Found multiple active Ray
+    # instances"): the cleaner dies, a stopped trial's placement group is never freed
+    # and the next trial's worker group waits forever. Naming our dashboard in the
+    # environment the raylet (and so every worker) inherits pins it to this instance.
+    host = "127.0.0.1" if dashboard_host in ("0.0.0.0", "::") else dashboard_host
+    os.environ["RAY_API_SERVER_ADDRESS"] = f"http://{host}:{dashboard_port}"
     info = ray.init(
         num_cpus=num_cpus or os.cpu_count() or 1,
         object_store_memory=object_store_mb * 1024 * 1024,
@@ -54,8 +111,10 @@ def connect(
         dashboard_port=dashboard_port,
         logging_level=logging.WARNING,
         log_to_driver=False,
+        _metrics_export_port=metrics_export_port,
     )
-    return RayHandle(True, info.address_info.get("gcs_address", ""), _dashboard(info))
+    return RayHandle(True, info.address_info.get("gcs_address", ""), _dashboard(info),
+                     f"http://127.0.0.1:{metrics_export_port}/metrics")
 
 
 def _dashboard(info) -> str | None:
@@ -69,3 +128,5 @@ def shutdown(handle: RayHandle) -> None:
 
     if handle.started and ray.is_initialized():
         ray.shutdown()
+    if handle.started:
+        os.environ.pop("RAY_API_SERVER_ADDRESS", None)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from automl.spec import (
+    AUGMENT_IDENTITY,
     CategoricalDomain,
     Experiment,
     FloatDomain,
@@ -57,6 +58,9 @@ class DefineByRun:
             if key == "optimizer" and value == "sgd":
                 for k, p in dict(exp.training.sgd).items():
                     _suggest(trial, f"training.sgd.{k}", p, constants)
+        if not exp.data.augment.is_identity():
+            for key in AUGMENT_IDENTITY:
+                _suggest(trial, f"data.augment.{key}", getattr(exp.data.augment, key), constants)
         return constants
 
 
@@ -70,7 +74,9 @@ class TrialConfig:
     """Everything one trial needs to build and train its model (JSON-serialisable).
 
     ``arch`` is ``{"family": ..., <family params>}`` as ``automl.models.build_model``
-    takes it; ``lr`` is the peak learning rate; ``epochs`` the trial's budget.
+    takes it; ``lr`` is the peak learning rate; ``epochs`` the trial's budget;
+    ``augment`` the training-batch augmentation (``rotation`` degrees, ``hflip``
+    probability, ``crop_scale`` smallest area fraction; empty = none).
     """
 
     arch: dict[str, Any]
@@ -86,6 +92,7 @@ class TrialConfig:
     label_smoothing: float = 0.0
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    augment: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_flat(cls, flat: dict[str, Any], exp: Experiment, seed: int = 0) -> TrialConfig:
@@ -112,6 +119,8 @@ class TrialConfig:
             lr_schedule=exp.training.lr_schedule,
             label_smoothing=exp.training.label_smoothing,
             seed=seed,
+            augment={k: float(flat[f"data.augment.{k}"]) for k in AUGMENT_IDENTITY
+                     if f"data.augment.{k}" in flat},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,6 +174,9 @@ def describe(exp: Experiment) -> dict[str, Any]:
             size *= opt_size
         else:
             size *= add(f"training.{key}", param)
+    if not exp.data.augment.is_identity():
+        for key in AUGMENT_IDENTITY:
+            size *= add(f"data.augment.{key}", getattr(exp.data.augment, key))
     searched = sum(1 for p in params if "fixed" not in p["domain"])
     return {"parameters": params, "size": size if math.isfinite(size) else math.inf,
             "searched": searched}

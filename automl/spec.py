@@ -38,6 +38,7 @@ from pydantic import (
     model_validator,
 )
 
+from automl._compression_spec import STAGE_NAMES, STAGE_SPECS, CompressionSpec
 from automl._yaml import load_yaml
 from automl.errors import SpecError
 
@@ -48,6 +49,13 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 SAMPLERS = ("tpe", "multivariate_tpe", "random", "cmaes", "gp", "qmc")
 BUNDLED_DATASETS = ("digits", "breast_cancer", "wine", "iris")
 IMAGE_DATASETS = ("digits",)
+#: Data sources read from a file or folder (``data.path``).
+FILE_SOURCES = ("csv", "parquet", "npz", "image_folder")
+#: Scores cross-validation reports per fold (scikit-learn metrics); ``selection.metric``
+#: picks the one that decides.
+CV_METRICS = ("accuracy", "balanced_accuracy", "precision_macro", "recall_macro", "f1_macro")
+#: Augmentation parameter values that leave an image unchanged.
+AUGMENT_IDENTITY = {"rotation": 0.0, "hflip": 0.0, "crop_scale": 1.0}
 #: Metrics every trial reports after each epoch, and the direction that is better.
 REPORTED_METRICS = {
     "val_accuracy": "max",
@@ -225,18 +233,67 @@ def _check_numeric(param: Any, what: str, *, positive: bool = False, integer: bo
 
 
 # --------------------------------------------------------------------------- sections
+class ImputeSpec(_Strict):
+    """How missing feature values are filled (scikit-learn ``SimpleImputer`` strategies),
+    fitted on training rows only."""
+
+    numeric: Literal["mean", "median", "most_frequent"] = "median"
+    categorical: Literal["most_frequent", "constant"] = "most_frequent"
+
+
+class AugmentSpec(_Strict):
+    """Image augmentation of training batches only (kornia); each value is searchable.
+
+    ``rotation``: largest angle in degrees (uniform in ``[-r, r]``); ``hflip``:
+    probability of a horizontal flip; ``crop_scale``: smallest area fraction a random
+    resized crop keeps (1.0 = no crop). The defaults change nothing.
+    """
+
+    rotation: Domain = 0.0
+    hflip: Domain = 0.0
+    crop_scale: Domain = 1.0
+
+    @model_validator(mode="after")
+    def _ranges(self) -> AugmentSpec:
+        for key, hi, low_open in (("rotation", 180.0, False), ("hflip", 1.0, False),
+                                  ("crop_scale", 1.0, True)):
+            param = getattr(self, key)
+            _check_numeric(param, key)
+            lo, top = lower_bound(param), upper_bound(param)
+            if top > hi or (low_open and lo <= 0):
+                bounds = f"0 < {key} <= {hi:g}" if low_open else f"0 <= {key} <= {hi:g}"
+                raise ValueError(f"data.augment.{key}: must satisfy {bounds} (got {lo}..{top})")
+        return self
+
+    def is_identity(self) -> bool:
+        """True when every parameter is fixed at the value that changes nothing."""
+        return all(getattr(self, k) == v for k, v in AUGMENT_IDENTITY.items())
+
+
 class DataSpec(_Strict):
-    """Where the examples come from and how they are split (fractions of all rows)."""
+    """Where the examples come from, how they are cleaned and split (fractions of all rows).
+
+    ``source`` is a bundled scikit-learn set (no ``path``) or a file kind read from
+    ``path`` (relative paths resolve against the working directory): ``csv`` and
+    ``parquet`` need ``target`` (the label column); ``npz`` holds arrays ``X`` and
+    ``target`` (default ``y``); ``image_folder`` has one subfolder per class.
+    """
 
     source: str = "digits"
+    path: str | None = None
+    target: str | None = None
+    image_size: int | None = Field(None, ge=1)
     test_size: float = Field(0.2, gt=0, lt=1)
     val_size: float = Field(0.2, gt=0, lt=1)
     seed: int = 0
+    dedupe: bool = True
+    impute: ImputeSpec = ImputeSpec()
+    augment: AugmentSpec = AugmentSpec()
 
     @field_validator("source")
     @classmethod
     def _source(cls, v: str) -> str:
-        return _check_allowed(v, BUNDLED_DATASETS, "data source")
+        return _check_allowed(v, BUNDLED_DATASETS + FILE_SOURCES, "data source")
 
     @model_validator(mode="after")
     def _sizes(self) -> DataSpec:
@@ -245,11 +302,27 @@ class DataSpec(_Strict):
                 f"test_size + val_size must leave at least 10% for training "
                 f"(got {self.test_size} + {self.val_size})"
             )
+        if self.source in FILE_SOURCES and not self.path:
+            raise ValueError(f"data.path: source '{self.source}' reads a file; set data.path")
+        if self.source in BUNDLED_DATASETS and self.path:
+            raise ValueError(f"data.path: source '{self.source}' is bundled with scikit-learn "
+                             "and reads no file; remove data.path or set source: csv")
+        if self.source in ("csv", "parquet") and not self.target:
+            raise ValueError(f"data.target: a {self.source} file needs the name of its label "
+                             "column; set data.target")
+        if self.source not in ("csv", "parquet", "npz") and self.target:
+            raise ValueError(f"data.target: source '{self.source}' has no target column; "
+                             "remove data.target")
+        if self.image_size is not None and self.source != "image_folder":
+            raise ValueError("data.image_size: only an image_folder is resized; remove it")
         return self
 
     @property
-    def is_image(self) -> bool:
-        return self.source in IMAGE_DATASETS
+    def is_image(self) -> bool | None:
+        """True for image data, False for tabular, None when the file decides (npz)."""
+        if self.source == "npz":
+            return None
+        return self.source in IMAGE_DATASETS or self.source == "image_folder"
 
 
 class ResNetSpace(_Strict):
@@ -375,7 +448,6 @@ class SearchSpec(_Strict):
     sampler: Literal["tpe", "multivariate_tpe", "random", "cmaes", "gp", "qmc"] = "tpe"
     seed: int = 0
     num_samples: int = Field(32, ge=1, le=100_000)
-    max_concurrent: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = "auto"
     time_budget_s: float | None = Field(None, gt=0)
     metric: str = "val_accuracy"
     mode: Literal["max", "min"] | None = None
@@ -409,23 +481,116 @@ class SchedulerSpec(_Strict):
 
 
 class SelectionSpec(_Strict):
-    """How many of the best trials make the leaderboard (and later CV re-scoring)."""
+    """Naming a winner: the search's ``top_k`` trials are re-scored by stratified k-fold
+    cross-validation on the training rows (train + validation; the test split stays
+    held out), the best mean ``metric`` wins, and near-ties (within ``tie_tolerance``)
+    go to the smaller model.
+
+    ``fold_halving``: every candidate runs fold 1, only those within ``halving_margin``
+    of the fold-1 leader run the rest. ``allow_fewer_folds``: a class with fewer
+    training rows than ``cv_folds`` lowers the fold count (with a warning) instead of
+    failing. ``timeout_s`` bounds the whole cross-validation (seconds).
+    """
 
     top_k: int = Field(3, ge=1)
+    cv_folds: int = Field(5, ge=2, le=50)
+    cv_repeats: int = Field(1, ge=1, le=20)
+    metric: Literal["accuracy", "balanced_accuracy", "precision_macro", "recall_macro",
+                    "f1_macro"] = "accuracy"
+    tie_tolerance: float = Field(0.002, ge=0, lt=1)
+    fold_halving: bool = False
+    halving_margin: float = Field(0.01, ge=0, lt=1)
+    allow_fewer_folds: bool = False
+    timeout_s: float = Field(1800.0, gt=0)
 
 
 class ResourcesSpec(_Strict):
-    """What one trial asks of the cluster, and how big the local Ray instance is."""
+    """What one trial asks of the cluster, and how big the local Ray instance is.
 
-    cpus_per_trial: float = Field(1.0, gt=0)
+    One worker: the trial trains in its own Tune process with ``cpus_per_worker``
+    CPUs. Two or more: the trial runs a Ray Train ``TorchTrainer`` with that many
+    data-parallel workers (DDP; FSDP for models that do not fit one device), each
+    with ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs, plus a tiny driver.
+    """
+
+    workers_per_trial: int = Field(1, ge=1, le=1024)
+    cpus_per_worker: float = Field(1.0, gt=0)
+    gpus_per_worker: float = Field(0.0, ge=0)
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    concurrent_trials: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = "auto"
+    max_failures: int = Field(1, ge=0)
     num_cpus: int | None = Field(None, ge=1)
     object_store_mb: int = Field(512, ge=80)
 
+    @model_validator(mode="after")
+    def _devices(self) -> ResourcesSpec:
+        gpus = self.gpus_per_worker
+        if self.workers_per_trial > 1 and gpus and not float(gpus).is_integer():
+            raise ValueError(
+                f"resources.gpus_per_worker: {gpus} is fractional; data-parallel workers "
+                "each need whole GPUs (NCCL); use 1, or workers_per_trial: 1"
+            )
+        if self.precision != "fp32" and not gpus:
+            raise ValueError(
+                f"resources.precision: {self.precision} autocast needs GPUs; set "
+                "gpus_per_worker: 1 or precision: fp32"
+            )
+        if self.strategy == "fsdp" and not gpus:
+            raise ValueError("resources.strategy: fsdp needs GPUs; use ddp on CPUs")
+        return self
+
+    @property
+    def distributed(self) -> bool:
+        """True when trials run as Ray Train worker groups (two or more workers)."""
+        return self.workers_per_trial > 1
+
+    @property
+    def cpus_per_trial(self) -> float:
+        """CPUs one trial holds in all: its workers plus, when distributed, its driver."""
+        return self.workers_per_trial * self.cpus_per_worker + (0.01 if self.distributed else 0)
+
 
 class OutputSpec(_Strict):
-    """Where run directories are written (``<dir>/<name>``)."""
+    """Where run directories are written (``<dir>/<name>``).
+
+    On a cluster of several nodes, trial checkpoints must land on storage every
+    node reaches: a URI (``storage_uri: s3://bucket/automl``, ``gs://...``) or a
+    ``dir`` on a shared filesystem declared with ``shared: true``.
+    """
 
     dir: str = "runs"
+    shared: bool = False
+    storage_uri: str | None = Field(None, pattern=r"^[a-z][a-z0-9+.-]*://\S+$")
+
+
+class TrackingSpec(_Strict):
+    """Experiment tracking: one W&B run per trial, grouped by sweep, and TensorBoard event
+    files per trial.
+
+    ``mode: auto`` is ``online`` when a W&B API key is configured (``WANDB_API_KEY`` or a
+    ``.netrc`` entry for the W&B host) and ``offline`` otherwise (``wandb sync`` uploads
+    later). ``WANDB_MODE=offline`` or ``disabled`` in the environment always wins. The key
+    itself never goes into the spec. ``project`` defaults to the experiment name.
+    """
+
+    backend: Literal["none", "wandb"] = "wandb"
+    mode: Literal["offline", "online", "auto"] = "auto"
+    project: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+    entity: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+    tensorboard: bool = True
+
+
+class RegistrySpec(_Strict):
+    """The local model registry the winner is registered in (``automl registry ...``).
+
+    ``dir`` defaults to ``<output.dir>/registry``; ``name`` (the registered model's
+    name) defaults to the experiment name.
+    """
+
+    enabled: bool = True
+    dir: str | None = None
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 class Experiment(_Strict):
@@ -438,18 +603,32 @@ class Experiment(_Strict):
     search: SearchSpec = SearchSpec()
     scheduler: SchedulerSpec = SchedulerSpec()
     selection: SelectionSpec = SelectionSpec()
+    compression: CompressionSpec = CompressionSpec()
     resources: ResourcesSpec = ResourcesSpec()
     output: OutputSpec = OutputSpec()
+    tracking: TrackingSpec = TrackingSpec()
+    registry: RegistrySpec = RegistrySpec()
 
     @model_validator(mode="after")
     def _cross(self) -> Experiment:
-        if not self.data.is_image:
+        if self.data.is_image is False and not self.data.augment.is_identity():
+            raise ValueError(
+                f"data.augment: image augmentation needs image data but data.source "
+                f"'{self.data.source}' is tabular; remove data.augment"
+            )
+        if self.data.is_image is False:
             for fam in self.model.families():
                 if fam in IMAGE_FAMILIES:
                     raise ValueError(
                         f"model.family: '{fam}' needs image data but data.source "
                         f"'{self.data.source}' is tabular; use family: mlp"
                     )
+        for i, student in self.compression.students():
+            if self.data.is_image is False and student.family in IMAGE_FAMILIES:
+                raise ValueError(
+                    f"compression.stages.{i}.student.family: '{student.family}' needs image "
+                    f"data but data.source '{self.data.source}' is tabular; use family: mlp"
+                )
         max_epochs = self.max_epochs
         if self.scheduler.type == "asha" and self.scheduler.grace_period > max_epochs:
             raise ValueError(
@@ -515,6 +694,8 @@ def _first_error(error: ValidationError, data: dict) -> str:
     err = errors[0]
     loc = [str(p) for p in err["loc"] if not (isinstance(p, str) and p in DOMAIN_TAGS)]
     loc = [p for p in loc if not p.startswith(("function-after", "function-before"))]
+    # a compression stage's tag (compression.stages.1.prune.ratio) is not a key the user wrote
+    loc = [p for i, p in enumerate(loc) if not (p in STAGE_NAMES and i and loc[i - 1].isdigit())]
     key = ".".join(loc) or "(top level)"
     kind = err["type"]
     if kind == "extra_forbidden":
@@ -540,6 +721,10 @@ def _suggest(loc: list[str], data: dict) -> str:
     model: Any = Experiment
     node: Any = data
     for part in loc[:-1]:
+        if isinstance(node, list) and part.isdigit():  # compression.stages.<i>
+            node = node[int(part)] if int(part) < len(node) else None
+            model = STAGE_SPECS.get(node.get("stage")) if isinstance(node, dict) else None
+            continue
         node = node.get(part) if isinstance(node, dict) else None
         field = model.model_fields.get(part) if model else None
         ann = field.annotation if field else None

@@ -8,6 +8,7 @@ the model) that load with ``torch.load(weights_only=True)``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -58,31 +59,80 @@ def make_lr_schedule(opt: torch.optim.Optimizer, cfg: TrialConfig, steps_per_epo
     )
 
 
-def batches(n: int, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
-    """Shuffled index batches over ``range(n)``; the same seed gives the same order."""
-    g = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(n, generator=g)
-    for start in range(0, n, batch_size):
+@dataclass(frozen=True)
+class Shard:
+    """This process's place in a data-parallel group: rank 0 of 1 for an in-process trial.
+
+    ``precision`` is ``fp32``, ``bf16`` or ``fp16`` (autocast; fp16 with a gradient
+    scaler); ``device`` is where the model and batches live.
+    """
+
+    rank: int = 0
+    world: int = 1
+    device: str = "cpu"
+    precision: str = "fp32"
+
+
+def batches(n: int, batch_size: int, seed: int, shard: Shard = Shard()) -> Iterator[torch.Tensor]:
+    """Shuffled index batches over ``range(n)``; the same seed gives the same order.
+
+    With ``shard.world > 1`` each rank draws its own shard (``DistributedSampler``,
+    padded so every rank gets the same number of batches and DDP's collectives stay
+    in step) in batches of ``batch_size // world``: the global batch stays ``batch_size``.
+    """
+    if shard.world > 1:
+        from torch.utils.data import DistributedSampler
+
+        sampler = DistributedSampler(range(n), num_replicas=shard.world, rank=shard.rank,
+                                     shuffle=True, seed=seed)
+        perm = torch.tensor(list(sampler), dtype=torch.long)
+        batch_size = max(1, batch_size // shard.world)
+    else:
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    for start in range(0, len(perm), batch_size):
         yield perm[start : start + batch_size]
 
 
 def train_epoch(
     model: nn.Module, opt: torch.optim.Optimizer, sched, X: torch.Tensor, y: torch.Tensor,
-    batch_size: int, seed: int, loss_fn: nn.Module,
+    batch_size: int, seed: int, loss_fn: nn.Module, augment: nn.Module | None = None,
+    shard: Shard = Shard(), scaler: torch.amp.GradScaler | None = None,
 ) -> float:
-    """One pass over ``X`` ``(N, ...)`` / ``y`` ``(N,)``; returns the mean training loss."""
+    """One pass over ``X`` ``(N, ...)`` / ``y`` ``(N,)``; returns the mean training loss.
+
+    ``augment`` (see :func:`automl.data.make_augment`) transforms each training batch
+    ``(B, C, H, W)`` before the forward pass; evaluation never sees it.
+    """
     model.train()
     total, count = 0.0, 0
-    for idx in batches(len(y), batch_size, seed):
+    amp = _autocast(shard)
+    for idx in batches(len(y), batch_size, seed, shard):
         xb, yb = X[idx], y[idx]  # (B, ...), (B,)
-        loss = loss_fn(model(xb), yb)
+        if augment is not None:
+            with torch.no_grad():
+                xb = augment(xb)  # (B, C, H, W), same shape
+        with amp:
+            loss = loss_fn(model(xb), yb)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        if scaler is not None:  # fp16: scale the loss so small gradients survive
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
         sched.step()
         total += float(loss.detach()) * len(yb)
         count += len(yb)
     return total / max(count, 1)
+
+
+def _autocast(shard: Shard):
+    """Mixed-precision autocast context for ``shard.precision`` (a no-op for fp32)."""
+    if shard.precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if shard.precision == "bf16" else torch.float16
+    return torch.autocast(device_type=torch.device(shard.device).type, dtype=dtype)
 
 
 @torch.inference_mode()
@@ -92,9 +142,28 @@ def predict(model: nn.Module, X: torch.Tensor, batch_size: int = 1024) -> torch.
     return torch.cat([model(X[i : i + batch_size]) for i in range(0, len(X), batch_size)])
 
 
-def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
-    """Cross-entropy loss, accuracy and macro F1 (scikit-learn) of ``model`` on ``(X, y)``."""
-    logits = predict(model, X)
+def evaluate(
+    model: nn.Module, X: torch.Tensor, y: torch.Tensor, shard: Shard = Shard()
+) -> dict[str, float]:
+    """Cross-entropy loss, accuracy and macro F1 (scikit-learn) of ``model`` on ``(X, y)``.
+
+    With ``shard.world > 1`` each rank scores its own slice of the rows and the
+    predictions are gathered (``torch.distributed.all_gather_object``), so every rank
+    returns the metrics of the whole set, not of rank 0's slice. Every rank must call it.
+    """
+    if shard.world > 1:
+        import torch.distributed as dist
+
+        part = np.array_split(np.arange(len(y)), shard.world)[shard.rank]
+        logits = predict(model, X[part]).float().cpu()
+        mine = (logits.numpy(), y[part].cpu().numpy())
+        gathered: list = [None] * shard.world
+        dist.all_gather_object(gathered, mine)
+        logits = torch.from_numpy(np.concatenate([g[0] for g in gathered]))
+        y = torch.from_numpy(np.concatenate([g[1] for g in gathered]))
+    else:
+        logits = predict(model, X).float().cpu()
+        y = y.cpu()
     pred = logits.argmax(1)
     return {
         "loss": float(nn.functional.cross_entropy(logits, y)),
@@ -106,6 +175,11 @@ def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, fl
 def to_tensors(X: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """Copy numpy arrays (possibly read-only, from Ray's object store) into tensors."""
     return torch.tensor(np.asarray(X), dtype=torch.float32), torch.tensor(np.asarray(y), dtype=torch.long)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module inside a DDP/FSDP wrapper (the model itself when not wrapped)."""
+    return getattr(model, "module", model)
 
 
 @dataclass
@@ -121,9 +195,17 @@ class TrainState:
     epoch: int = 0
 
     @classmethod
-    def create(cls, cfg: TrialConfig, input_shape, num_classes: int, n_train: int) -> TrainState:
+    def create(
+        cls, cfg: TrialConfig, input_shape, num_classes: int, n_train: int,
+        wrap: Callable[[nn.Module], nn.Module] | None = None,
+    ) -> TrainState:
+        """Build the model (seeded, so every rank starts from the same weights), let
+        ``wrap`` place it (device, DDP/FSDP), then build optimizer and schedule on the
+        wrapped parameters. ``n_train`` (rows) sets the schedule's steps per epoch."""
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.arch, tuple(input_shape), num_classes, init=cfg.init)
+        if wrap is not None:
+            model = wrap(model)
         opt = make_optimizer(model, cfg)
         sched = make_lr_schedule(opt, cfg, math.ceil(n_train / cfg.batch_size))
         return cls(model, opt, sched, cfg, tuple(input_shape), num_classes)
@@ -137,13 +219,13 @@ class TrainState:
             "num_classes": self.num_classes,
             "epoch": self.epoch,
             "metrics": dict(metrics or {}),
-            "model": self.model.state_dict(),
+            "model": unwrap(self.model).state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
         }
 
     def restore(self, ckpt: dict[str, Any]) -> None:
-        self.model.load_state_dict(ckpt["model"])
+        unwrap(self.model).load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["schedule"])
         self.epoch = int(ckpt["epoch"])
@@ -155,29 +237,41 @@ def fit(
     val: tuple[torch.Tensor, torch.Tensor] | None,
     on_epoch: Callable[[TrainState, dict[str, float]], None] | None = None,
     epochs: int | None = None,
+    shard: Shard = Shard(),
 ) -> dict[str, float]:
     """Train from ``state.epoch`` up to ``epochs`` (default ``state.cfg.epochs``).
 
     After each epoch, ``on_epoch(state, metrics)`` is called with ``epoch``,
     ``train_loss``, ``train_time_s`` (seconds in the training step) and, when
     ``val`` is given, ``val_loss``, ``val_accuracy`` and ``val_f1``.
+    ``state.cfg.augment`` augments training batches only. ``shard`` places this
+    process in a data-parallel group (the model already wrapped in DDP): each rank
+    trains on its shard and the validation metrics are reduced over all ranks.
 
     Returns:
         The metrics of the last epoch.
+
+    Raises:
+        ValueError: augmentation is asked for but ``train`` holds no images.
     """
+    from automl.data import make_augment
+
     cfg = state.cfg
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    augment = make_augment(cfg.augment, tuple(train[0].shape[1:])) if cfg.augment else None
+    scaler = torch.amp.GradScaler(shard.device) if shard.precision == "fp16" else None
     metrics: dict[str, float] = {}
     for epoch in range(state.epoch, epochs or cfg.epochs):
         t0 = time.perf_counter()
         train_loss = train_epoch(
             state.model, state.optimizer, state.schedule, *train, cfg.batch_size,
-            cfg.seed * 100_003 + epoch, loss_fn,
+            cfg.seed * 100_003 + epoch, loss_fn, augment, shard, scaler,
         )
         metrics = {"epoch": epoch + 1, "train_loss": train_loss,
                    "train_time_s": time.perf_counter() - t0}
         if val is not None:
-            metrics.update({f"val_{k}": v for k, v in evaluate(state.model, *val).items()})
+            scores = evaluate(state.model, *val, shard=shard)
+            metrics.update({f"val_{k}": v for k, v in scores.items()})
         state.epoch = epoch + 1
         if on_epoch is not None:
             on_epoch(state, metrics)

@@ -24,7 +24,7 @@ def ray_cluster():
         ray.shutdown()
     handle = runtime.connect(num_cpus=2, object_store_mb=200, dashboard_port=0)
     yield handle
-    ray.shutdown()
+    runtime.shutdown(handle)
 
 
 def write_spec(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:

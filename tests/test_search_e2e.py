@@ -29,8 +29,8 @@ training:
   init: {type: categorical, choices: [kaiming, default]}
 search: {num_samples: 6, seed: 0, sampler: tpe, n_startup_trials: 3}
 scheduler: {grace_period: 1, reduction_factor: 2, max_epochs: 4}
-selection: {top_k: 3}
-resources: {cpus_per_trial: 1}
+selection: {top_k: 3, cv_folds: 3}
+resources: {cpus_per_worker: 1}
 """
 
 
@@ -62,7 +62,7 @@ def test_every_trial_is_recorded_with_its_end_state(sweep):
     assert len(lines) == sum(t["epochs_run"] for t in trials)
 
 
-def test_leaderboard_is_ranked_and_best_is_scored_on_test(sweep):
+def test_leaderboard_top_k_is_cross_validated_and_the_winner_scored_on_test(sweep):
     exp, run_dir, summary = sweep
     board = summary["leaderboard"]
     assert len(board) == 3
@@ -70,8 +70,25 @@ def test_leaderboard_is_ranked_and_best_is_scored_on_test(sweep):
     assert values == sorted(values, reverse=True)
     assert summary["best"]["trial_id"] == board[0]["trial_id"]
     assert summary["best"]["val"]["val_accuracy"] == pytest.approx(values[0])
+    cv = summary["cv"]
+    assert [c["trial_id"] for c in cv["candidates"]] == [r["trial_id"] for r in board]
+    for c in cv["candidates"]:
+        folds = [f["scores"]["accuracy"] for f in c["folds"]]
+        assert len(folds) == 3 and c["summary"]["accuracy"]["mean"] == pytest.approx(
+            sum(folds) / 3)
+        lo, hi = c["summary"]["accuracy"]["ci95"]
+        assert lo <= c["summary"]["accuracy"]["mean"] <= hi
+    means = {c["trial_id"]: c["summary"]["accuracy"]["mean"] for c in cv["candidates"]}
+    winner = summary["winner"]
+    assert winner["trial_id"] == cv["winner"]
+    assert means[winner["trial_id"]] >= max(means.values()) - exp.selection.tie_tolerance
+    assert winner["reason"].startswith("accuracy: ") and winner["cv"]["accuracy"]["n"] == 3
     assert 0.5 < summary["test"]["accuracy"] <= 1.0
     assert summary["test"]["rows"] == summary["data"]["split"]["test"] == 360
+    assert summary["test"]["train_rows"] == 1437  # retrained on train + validation rows
+    matrix = json.loads((run_dir / "confusion_matrix.json").read_text())["matrix"]
+    assert sum(map(sum, matrix)) == 360
+    assert sum(matrix[i][i] for i in range(10)) / 360 == pytest.approx(summary["test"]["accuracy"])
 
 
 def test_best_checkpoint_reloads_safely_and_reproduces_test_score(sweep):
@@ -80,12 +97,13 @@ def test_best_checkpoint_reloads_safely_and_reproduces_test_score(sweep):
     from automl.train import evaluate, to_tensors
 
     model, ckpt = load_checkpoint(run_dir / "best" / "model.pt")
-    assert ckpt["config"]["arch"]["family"] == "resnet"
+    assert ckpt["config"] == summary["winner"]["config"]
+    assert ckpt["epoch"] == summary["winner"]["config"]["epochs"]
     raw = torch.load(run_dir / "best" / "model.pt", weights_only=True)
     assert set(raw) >= {"model", "config", "epoch", "input_shape", "num_classes"}
     data = load_dataset(exp.data)
     s = split_indices(data.y, exp.data.test_size, exp.data.val_size, exp.data.seed)
-    _, (Xte, yte) = fit_transform(data, s.train, s.test)
+    _, (Xte, yte) = fit_transform(data, s.pool, s.test)
     acc = evaluate(model, *to_tensors(Xte, yte))["accuracy"]
     assert acc == pytest.approx(summary["test"]["accuracy"])
 
@@ -99,7 +117,7 @@ def test_study_persists_in_sqlite_and_spec_round_trips(sweep):
 
 
 def test_infeasible_trial_fails_fast_with_need_and_have(ray_cluster, tmp_path):
-    exp = load_spec(write_spec(tmp_path, TINY + "\n"), {"resources.cpus_per_trial": 8})
+    exp = load_spec(write_spec(tmp_path, TINY + "\n"), {"resources.cpus_per_worker": 8})
     t0 = time.monotonic()
     with pytest.raises(ResourceError, match=r"needs CPU=8 on one node, but the largest node has CPU=2"):
         run_main_job(exp, tmp_path / "run", console=Console(quiet=True))

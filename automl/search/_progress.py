@@ -53,7 +53,8 @@ class SweepProgress(Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         row = {k: result[k] for k in ("epoch", "train_loss", "val_loss", "val_accuracy",
-                                      "val_f1", "train_time_s", "setup_s") if k in result}
+                                      "val_f1", "train_time_s", "setup_s", "checkpoint_path",
+                                      "restored_from_epoch", "world_size", "worker_nodes") if k in result}
         self.history.setdefault(trial.trial_id, []).append(row)
         self._file.write(json.dumps({"trial_id": trial.trial_id, "time": time.time(), **row}) + "\n")
         value = result.get(self.metric)

@@ -1,13 +1,16 @@
 """Admission control: how many trials may run at once, derived from what one trial
-needs and what the cluster's alive nodes have, so a sweep never waits on a
-placement that cannot happen."""
+needs (its driver plus every worker) and what the cluster's alive nodes have, so a
+sweep never waits on a placement that cannot happen (FIELD-NOTES: 2 trials x 2
+workers on 4 CPUs deadlocked when concurrency ignored the workers)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from automl.errors import ResourceError
+
+_EPS = 1e-9
+DRIVER = {"CPU": 0.01}  # a distributed trial's own Tune process; Tune refuses CPU 0
 
 
 @dataclass(frozen=True)
@@ -15,58 +18,109 @@ class Admission:
     """The outcome of :func:`admit`.
 
     Attributes:
-        trial_resources: one trial's full demand, e.g. ``{"CPU": 1.0}``.
-        max_concurrent: trials that fit at once (packed per node).
+        trial_resources: one trial's full demand summed over its bundles, e.g. ``{"CPU": 2.01}``.
+        max_concurrent: trials that fit at once (packed node by node).
         cluster: total resources of alive nodes.
         largest_node: resources of the node with the most CPUs.
+        nodes: number of alive nodes.
     """
 
     trial_resources: dict[str, float]
     max_concurrent: int
     cluster: dict[str, float]
     largest_node: dict[str, float]
+    nodes: int = 1
 
 
-def _fits(node: dict[str, float], demand: dict[str, float]) -> int:
-    """How many copies of ``demand`` fit on ``node``."""
-    counts = [math.floor(node.get(k, 0.0) / v + 1e-9) for k, v in demand.items() if v > 0]
-    return min(counts) if counts else 0
+def _alive_nodes() -> list[dict[str, float]]:
+    import ray
+
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+
+
+def _place(free: list[dict[str, float]], bundles: list[dict[str, float]]) -> bool:
+    """Place every bundle on some node (fullest-fitting first); commit only if all fit."""
+    trial = [dict(n) for n in free]
+    for bundle in bundles:
+        need = {k: v for k, v in bundle.items() if v > 0}
+        for node in sorted(trial, key=lambda n: -n.get("CPU", 0.0)):
+            if all(node.get(k, 0.0) + _EPS >= v for k, v in need.items()):
+                for k, v in need.items():
+                    node[k] = node.get(k, 0.0) - v
+                break
+        else:
+            return False
+    free[:] = trial
+    return True
+
+
+def _fmt(res: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in res.items())
+
+
+def admit_bundles(
+    bundles: list[dict[str, float]],
+    requested: int | str = "auto",
+    nodes: list[dict[str, float]] | None = None,
+    fix: str = "lower resources.cpus_per_worker / workers_per_trial, or add nodes",
+) -> Admission:
+    """Concurrency for trials that each need all of ``bundles`` at once.
+
+    Args:
+        bundles: one trial's resource bundles, e.g. ``[{"CPU": 0.01}, {"CPU": 1}, {"CPU": 1}]``
+            (driver, then one per worker); each bundle must fit on one node.
+        requested: ``"auto"`` (as many as fit) or an upper bound.
+        nodes: resource dicts of the alive nodes; default ``ray.nodes()``.
+
+    Raises:
+        ResourceError: one trial can never be placed; names what a trial needs, what
+            the cluster and its largest node have. Raised before any trial is queued.
+    """
+    nodes = _alive_nodes() if nodes is None else nodes
+    if not nodes:
+        raise ResourceError("the Ray cluster has no alive nodes", where="ray")
+    keys = sorted({k for b in bundles for k, v in b.items() if v > 0})
+    total_need = {k: sum(b.get(k, 0.0) for b in bundles) for k in keys}
+    cluster = {k: sum(n.get(k, 0.0) for n in nodes) for k in sorted(set(keys) | {"CPU"})}
+    largest = max(nodes, key=lambda n: (n.get("CPU", 0.0), n.get("GPU", 0.0)))
+    free = [dict(n) for n in nodes]
+    slots = 0
+    while slots < 10_000 and _place(free, bundles):
+        slots += 1
+    if slots == 0:
+        shape = (f"{len(bundles)} bundles ({'; '.join(_fmt(b) for b in bundles)})"
+                 if len(bundles) > 1 else "")
+        raise ResourceError(
+            f"a trial needs {_fmt(total_need)} {'in all' if shape else 'on one node'}"
+            f"{' as ' + shape if shape else ''}, but the largest node has "
+            f"{_fmt({k: largest.get(k, 0.0) for k in keys})} and the cluster "
+            f"{_fmt({k: cluster.get(k, 0.0) for k in keys})}",
+            where="resources", fix=fix,
+        )
+    limit = slots if requested == "auto" else min(int(requested), slots)
+    return Admission(total_need, max(1, limit), cluster,
+                     {k: largest.get(k, 0.0) for k in cluster}, len(nodes))
 
 
 def admit(
     demand: dict[str, float], requested: int | str = "auto", nodes: list[dict] | None = None
 ) -> Admission:
-    """Decide concurrency for trials that each need ``demand`` (e.g. ``{"CPU": 1}``).
+    """Concurrency for single-process tasks that each need ``demand`` on one node
+    (in-process trials, cross-validation folds). See :func:`admit_bundles`."""
+    return admit_bundles([demand], requested, nodes)
 
-    Args:
-        demand: resources of one trial, all of it on one node.
-        requested: ``"auto"`` (as many as fit) or an upper bound.
-        nodes: resource dicts of the alive nodes; default ``ray.nodes()``.
 
-    Raises:
-        ResourceError: no node can ever hold one trial; says what a trial needs
-            and what the largest node has. Raised before any trial is queued.
-    """
-    if nodes is None:
-        import ray
+def trial_bundles(resources) -> list[dict[str, float]]:
+    """One trial's bundles from a ``ResourcesSpec``: the trial process alone when it has
+    one worker; else a tiny driver plus one bundle per Ray Train worker."""
+    worker = {"CPU": resources.cpus_per_worker}
+    if resources.gpus_per_worker:
+        worker["GPU"] = resources.gpus_per_worker
+    if not resources.distributed:
+        return [worker]
+    return [dict(DRIVER)] + [dict(worker) for _ in range(resources.workers_per_trial)]
 
-        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    if not nodes:
-        raise ResourceError("the Ray cluster has no alive nodes", where="ray")
-    cluster: dict[str, float] = {}
-    for node in nodes:
-        for k, v in node.items():
-            cluster[k] = cluster.get(k, 0.0) + v
-    largest = max(nodes, key=lambda n: (n.get("CPU", 0.0), n.get("GPU", 0.0)))
-    slots = sum(_fits(node, demand) for node in nodes)
-    if slots == 0:
-        need = ", ".join(f"{k}={v:g}" for k, v in demand.items())
-        have = ", ".join(f"{k}={largest.get(k, 0.0):g}" for k in demand)
-        raise ResourceError(
-            f"a trial needs {need} on one node, but the largest node has {have}",
-            where="resources",
-            fix="lower resources.cpus_per_trial or add a bigger node",
-        )
-    limit = slots if requested == "auto" else min(int(requested), slots)
-    keep = {k: v for k, v in cluster.items() if k in ("CPU", "GPU", "memory")}
-    return Admission(dict(demand), max(1, limit), keep, {k: largest.get(k, 0.0) for k in keep})
+
+def admit_trials(resources, nodes: list[dict] | None = None) -> Admission:
+    """Admission for the search's trials as a ``ResourcesSpec`` describes them."""
+    return admit_bundles(trial_bundles(resources), resources.concurrent_trials, nodes)

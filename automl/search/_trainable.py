@@ -1,9 +1,8 @@
-"""The Tune function trial: train one configuration in-process, report once per epoch.
+"""The Tune function trial: train one configuration, report once per epoch.
 
-Data arrive through ``tune.with_parameters`` (put in the object store once, read
-zero-copy on each node) and the process is reused between trials
-(``reuse_actors``), so a trial's start-up is building its model, not importing
-torch or loading data.
+Data are put in the object store once per sweep and read zero-copy on each node,
+and the trial process is reused between trials (``reuse_actors``), so a trial's
+start-up is building its model, not importing torch or loading data.
 """
 
 from __future__ import annotations
@@ -14,12 +13,13 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import ray
 import torch
 from ray import tune
 
 from automl.space import TrialConfig
 from automl.spec import Experiment
-from automl.train import TrainState, fit, set_threads, to_tensors
+from automl.train import Shard, TrainState, fit, set_threads, to_tensors
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,26 +51,45 @@ def checkpoint_epochs(exp: Experiment, epochs: int) -> set[int]:
     return {e for e in keep if e <= epochs}
 
 
-def run_trial(config: dict, *, data: TrialData, exp: Experiment) -> None:
-    """Ray Tune function trainable.
+@dataclass(frozen=True)
+class DataRef:
+    """An object-store reference to a :class:`TrialData`, put once per sweep; every
+    trial and worker on a node reads the same copy (zero-copy numpy)."""
+
+    ref: object
+
+
+def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> None:
+    """Ray Tune function trainable for one configuration.
 
     Reports ``epoch``, ``train_loss``, ``val_loss``, ``val_accuracy``, ``val_f1``,
-    ``train_time_s`` and ``setup_s`` after every epoch; at the epochs of
-    :func:`checkpoint_epochs` the report carries a checkpoint (``checkpoint.pt``, see
-    :meth:`TrainState.checkpoint`). Resumes from Tune's checkpoint when restored.
+    ``train_time_s`` and ``setup_s`` after every epoch. In-process (one worker): at
+    the epochs of :func:`checkpoint_epochs` the report carries a checkpoint
+    (``checkpoint.pt``, see :meth:`TrainState.checkpoint`), and the trial resumes
+    from Tune's checkpoint when restored. Two or more workers: the trial runs a
+    Ray Train worker group (:func:`run_distributed_trial`) with the same loop.
     """
+    if exp.resources.distributed:
+        from automl.search._distributed import run_distributed_trial
+
+        run_distributed_trial(config, data, exp, storage)
+        return
     t_start = time.perf_counter()
-    set_threads(exp.resources.cpus_per_trial)
+    set_threads(exp.resources.cpus_per_worker)
+    device = "cuda" if exp.resources.gpus_per_worker and torch.cuda.is_available() else "cpu"
+    shard = Shard(device=device, precision=exp.resources.precision)
+    arrays = ray.get(data.ref)
+    train = tuple(t.to(device) for t in to_tensors(arrays.X_train, arrays.y_train))
+    val = tuple(t.to(device) for t in to_tensors(arrays.X_val, arrays.y_val))
     cfg = TrialConfig.from_flat(config, exp, seed=exp.search.seed)
-    train = to_tensors(data.X_train, data.y_train)
-    val = to_tensors(data.X_val, data.y_val)
-    state = TrainState.create(cfg, data.input_shape, data.num_classes, len(train[1]))
+    state = TrainState.create(cfg, arrays.input_shape, arrays.num_classes, len(train[1]),
+                              wrap=lambda m: m.to(device))
     resume = tune.get_checkpoint()
     if resume is not None:
         with resume.as_directory() as d:
-            state.restore(torch.load(os.path.join(d, "checkpoint.pt"), weights_only=True))
+            state.restore(torch.load(os.path.join(d, "checkpoint.pt"), map_location=device,
+                                     weights_only=True))
     setup_s = time.perf_counter() - t_start
-
     keep = checkpoint_epochs(exp, cfg.epochs)
 
     def report(st: TrainState, metrics: dict) -> None:
@@ -82,4 +101,4 @@ def run_trial(config: dict, *, data: TrialData, exp: Experiment) -> None:
             torch.save(st.checkpoint(metrics), os.path.join(d, "checkpoint.pt"))
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
 
-    fit(state, train, val, on_epoch=report)
+    fit(state, train, val, on_epoch=report, shard=shard)

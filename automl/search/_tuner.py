@@ -7,16 +7,17 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+import ray
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 from rich.console import Console
 
 from automl.search._progress import SweepProgress
-from automl.search._resources import Admission, admit
+from automl.search._resources import Admission, admit_trials, trial_bundles
 from automl.search._result import COMPLETED, FAILED, STOPPED, SearchResult, TrialRecord
 from automl.search._sampler import make_sampler
-from automl.search._trainable import TrialData, run_trial
+from automl.search._trainable import DataRef, TrialData, run_trial
 from automl.space import TrialConfig, define_by_run
 from automl.spec import Experiment
 
@@ -54,12 +55,21 @@ def make_searcher(exp: Experiment, run_dir: Path) -> OptunaSearch:
     )
 
 
+def storage_path(exp: Experiment, run_dir: Path) -> str:
+    """Where Tune and Train keep trial state and checkpoints: ``output.storage_uri``
+    (``s3://...``, ``gs://...``) plus the run's name, else the local run directory."""
+    if exp.output.storage_uri:
+        return f"{exp.output.storage_uri.rstrip('/')}/{run_dir.name}"
+    return str(run_dir.resolve())
+
+
 def run_search(
     exp: Experiment,
     data: TrialData,
     run_dir: Path,
     admission: Admission | None = None,
     console: Console | None = None,
+    callbacks: list | None = None,
 ) -> SearchResult:
     """Run the sweep on the connected Ray cluster and collect its trials.
 
@@ -68,17 +78,22 @@ def run_search(
         data: training and validation arrays (the test split is never passed).
         run_dir: the run directory; Tune writes under ``run_dir/tune``.
         admission: concurrency decided by :func:`admit`; computed here when None.
+        callbacks: more Tune callbacks (tracking, metrics), called after the progress
+            display's for each event.
 
     Raises:
         ResourceError: a trial can never be placed (before anything is queued).
     """
     console = console or Console()
     if admission is None:
-        admission = admit({"CPU": exp.resources.cpus_per_trial}, exp.search.max_concurrent)
+        admission = admit_trials(exp.resources)
     progress = SweepProgress(run_dir, exp.search.metric, exp.search.mode,
                              exp.search.num_samples, console)
+    storage = storage_path(exp, run_dir)
+    first = trial_bundles(exp.resources)[0]  # the trial's own process
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, data=data, exp=exp), {"cpu": exp.resources.cpus_per_trial}
+        tune.with_parameters(run_trial, data=DataRef(ray.put(data)), exp=exp, storage=storage),
+        {k.lower(): v for k, v in first.items()},
     )
     tuner = tune.Tuner(
         trainable,
@@ -90,15 +105,16 @@ def run_search(
             num_samples=exp.search.num_samples,
             max_concurrent_trials=admission.max_concurrent,
             time_budget_s=exp.search.time_budget_s,
-            reuse_actors=True,
+            # a Train V2 controller cannot be reset in place: fresh actors for DDP trials
+            reuse_actors=not exp.resources.distributed,
             trial_dirname_creator=lambda t: f"trial_{t.trial_id}",
         ),
         run_config=tune.RunConfig(
             name="tune",
-            storage_path=str(run_dir.resolve()),
+            storage_path=storage,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
             failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
-            callbacks=[progress],
+            callbacks=[progress, *(callbacks or [])],
             verbose=0,
         ),
     )
@@ -137,6 +153,9 @@ def _record(result, exp: Experiment, history: dict) -> TrialRecord:
         state = STOPPED
     keep = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1")
     ckpt = result.checkpoint.path if result.checkpoint is not None else None
+    if ckpt is None:  # a Ray Train trial: TuneReportCallback forwards the path as a metric
+        ckpt = next((r["checkpoint_path"] for r in reversed(rows) if r.get("checkpoint_path")),
+                    None)
     return TrialRecord(
         trial_id=trial_id,
         params=params,

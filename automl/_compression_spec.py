@@ -1,0 +1,205 @@
+"""The ``compression`` section of the spec: a chain of stages run on the winner.
+
+Kept out of ``spec.py`` for size; ``automl.spec`` re-exports :class:`CompressionSpec`.
+Like the rest of the spec it imports neither torch nor ray, so a bad stage fails at
+``automl validate`` time, not after a sweep. Each stage's fields mirror the keyword
+arguments of its ``automl.compress`` class (``DistillStage``, ``PruneStage``,
+``QuantizeStage``), which check them again when the chain runs; ``StageSpec.to_stage``
+gives the dict ``automl.compress.run_chain`` takes.
+
+Example::
+
+    compression:
+      stages:
+        - {stage: distill, student: {family: resnet, width: 8, stages: 2}, epochs: 30,
+           max_accuracy_drop: 0.01}
+        - {stage: prune, method: structured, pruning_ratio: 0.3, fine_tune_epochs: 10}
+        - {stage: quantize, method: static, calibration_batches: 8}
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+
+STAGE_NAMES = ("distill", "prune", "quantize")
+STUDENT_FAMILIES = ("resnet", "vgg", "mlp", "vit")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StudentSpec(_Strict):
+    """A fixed student architecture (``automl.models.build_model``'s ``arch``): a
+    ``family`` and any of that family's parameters (the keys of ``model.<family>``);
+    parameters left out take the model class's defaults."""
+
+    family: Literal["resnet", "vgg", "mlp", "vit"]
+    depth: int | None = Field(None, ge=1)
+    width: int | None = Field(None, ge=1)
+    stages: int | None = Field(None, ge=1)
+    fc_width: int | None = Field(None, ge=1)
+    patch_size: int | None = Field(None, ge=1)
+    dim: int | None = Field(None, ge=1)
+    heads: int | None = Field(None, ge=1)
+    mlp_ratio: float | None = Field(None, gt=0)
+    dropout: float | None = Field(None, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _family_keys(self) -> StudentSpec:
+        from automl.spec import ModelSpec  # the family sections name the valid keys
+
+        valid = list(ModelSpec.model_fields[self.family].annotation.model_fields)
+        for key in type(self).model_fields:
+            if key != "family" and getattr(self, key) is not None and key not in valid:
+                raise ValueError(f"'{key}' is not a {self.family} parameter "
+                                 f"(valid: family, {', '.join(valid)})")
+        return self
+
+    def arch(self) -> dict[str, Any]:
+        """``{"family": ..., **set parameters}`` for ``automl.models.build_model``."""
+        return self.model_dump(exclude_none=True)
+
+
+class _Stage(_Strict):
+    max_accuracy_drop: float = Field(0.01, ge=0, le=1, description=(
+        "largest allowed fall in validation accuracy vs the teacher, as a fraction "
+        "(0.01 = one point); a stage past it is rejected and the chain goes on from the "
+        "last accepted model"))
+
+    def to_stage(self) -> dict[str, Any]:
+        """The stage dict ``automl.compress.run_chain`` takes (unset options left out)."""
+        return self.model_dump(exclude_none=True)
+
+
+class DistillSpec(_Stage):
+    """Knowledge distillation (Hinton et al. 2015): the incoming model teaches a
+    ``student`` trained from scratch for ``epochs`` with temperature ``temperature`` and
+    soft-target weight ``alpha``; ``lr`` defaults to ``compression.lr``."""
+
+    stage: Literal["distill"]
+    student: StudentSpec
+    temperature: float = Field(4.0, gt=0, le=1000)
+    alpha: float = Field(0.7, ge=0, le=1)
+    epochs: int = Field(30, ge=1, le=100_000)
+    lr: float | None = Field(None, gt=0, le=1)
+
+
+class PruneSpec(_Stage):
+    """Pruning: ``structured`` channel pruning (torch-pruning; ``pruning_ratio`` of the
+    channels per layer, or prune until MACs <= ``macs_target`` x the original) or
+    ``unstructured`` global magnitude pruning to ``sparsity``, made permanent. Each of
+    ``iterative_steps`` steps is followed by ``fine_tune_epochs`` epochs of fine-tuning,
+    with the distillation loss against the unpruned model when ``distill_alpha`` > 0."""
+
+    stage: Literal["prune"]
+    method: Literal["structured", "unstructured"] = "structured"
+    pruning_ratio: float | None = Field(None, gt=0, lt=1)
+    macs_target: float | None = Field(None, gt=0, lt=1)
+    sparsity: float | None = Field(None, gt=0, lt=1)
+    importance: Literal["l1", "l2"] = "l2"
+    global_pruning: StrictBool = False
+    fine_tune_epochs: int = Field(0, ge=0, le=10_000)
+    iterative_steps: int = Field(1, ge=1, le=1000)
+    lr: float | None = Field(None, gt=0, le=1)
+    distill_alpha: float = Field(0.0, ge=0, le=1)
+    distill_temperature: float = Field(4.0, gt=0, le=1000)
+
+    @field_validator("pruning_ratio", "macs_target")
+    @classmethod
+    def _structured_only(cls, v: float | None, info) -> float | None:
+        if v is not None and info.data.get("method") == "unstructured":
+            raise ValueError("only for structured pruning; unstructured pruning takes sparsity")
+        if v is not None and info.field_name == "macs_target" and info.data.get("pruning_ratio"):
+            raise ValueError("give either pruning_ratio or macs_target, not both")
+        return v
+
+    @field_validator("sparsity")
+    @classmethod
+    def _unstructured_only(cls, v: float | None, info) -> float | None:
+        if v is not None and info.data.get("method") == "structured":
+            raise ValueError("only for unstructured pruning; structured pruning takes "
+                             "pruning_ratio or macs_target")
+        return v
+
+
+class QuantizeSpec(_Stage):
+    """Int8 quantization: ``dynamic`` (nn.Linear weights) or ``static`` post-training
+    quantization calibrated on ``calibration_batches`` training batches (conv nets).
+    Skipped, with the reason, when the model has nothing to quantize."""
+
+    stage: Literal["quantize"]
+    method: Literal["dynamic", "static"] = "dynamic"
+    calibration_batches: int = Field(8, ge=1, le=10_000)
+    backend: Literal["x86", "fbgemm"] = "x86"
+
+
+StageSpec = Annotated[Union[DistillSpec, PruneSpec, QuantizeSpec], Field(discriminator="stage")]
+STAGE_SPECS: dict[str, type[_Stage]] = {"distill": DistillSpec, "prune": PruneSpec,
+                                        "quantize": QuantizeSpec}
+
+
+class CompressionSpec(_Strict):
+    """The compression chain run on the winner after selection (``automl.compress``).
+
+    ``stages`` run in order, each on the last accepted model. ``enabled`` defaults to
+    true when stages are listed. The guard compares validation accuracy (held out from
+    every training in the chain); test accuracy is only reported. ``lr`` and
+    ``batch_size`` are the defaults of stages that train; ``seed`` seeds student
+    initialisation and batch order; latency is the p50 of ``latency_repeats`` runs on
+    ``latency_threads`` CPU threads.
+    """
+
+    enabled: bool | None = None
+    stages: list[StageSpec] = []
+    lr: float = Field(1e-3, gt=0, le=1)
+    batch_size: int = Field(64, ge=2)
+    seed: int = 0
+    latency_threads: int = Field(1, ge=1, le=256)
+    latency_repeats: int = Field(30, ge=3, le=100_000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_names(cls, data: Any) -> Any:
+        stages = data.get("stages") if isinstance(data, dict) else None
+        for i, st in enumerate(stages if isinstance(stages, list) else []):
+            where = f"compression.stages.{i}"
+            if not isinstance(st, dict):
+                raise ValueError(f"{where}: expected a mapping such as {{stage: prune, "
+                                 f"pruning_ratio: 0.3}}; got {st!r}")
+            name = st.get("stage")
+            if name is None:
+                raise ValueError(f"{where}.stage: required key is missing "
+                                 f"(one of {', '.join(STAGE_NAMES)})")
+            if name not in STAGE_NAMES:
+                near = difflib.get_close_matches(str(name), STAGE_NAMES, n=1)
+                hint = f"; did you mean '{near[0]}'?" if near else ""
+                raise ValueError(f"{where}.stage: unknown stage {name!r}{hint} "
+                                 f"(valid: {', '.join(STAGE_NAMES)})")
+        return data
+
+    @model_validator(mode="after")
+    def _chain(self) -> CompressionSpec:
+        if self.enabled is None:
+            object.__setattr__(self, "enabled", bool(self.stages))
+        if self.enabled and not self.stages:
+            raise ValueError("compression.stages: compression is enabled but no stage is "
+                             "listed; list stages or set enabled: false")
+        seen_quantize = False
+        for i, st in enumerate(self.stages):
+            if seen_quantize and st.stage != "quantize":
+                raise ValueError(f"compression.stages.{i}.stage: {st.stage} after quantize "
+                                 "would get an int8 model; put quantize stages last")
+            seen_quantize = seen_quantize or st.stage == "quantize"
+        return self
+
+    def chain(self) -> list[dict[str, Any]]:
+        """The stage dicts for ``automl.compress.run_chain``, in order."""
+        return [st.to_stage() for st in self.stages]
+
+    def students(self) -> list[tuple[int, StudentSpec]]:
+        """(stage index, student) of every distill stage."""
+        return [(i, st.student) for i, st in enumerate(self.stages) if st.stage == "distill"]

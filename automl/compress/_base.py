@@ -1,0 +1,264 @@
+"""Shared pieces of the compression stages: the ``Stage`` protocol, the context a stage
+runs in, the plain training loop, result dataclasses and the per-model measurement.
+
+Data convention: ``X`` float32 ``(N, C, H, W)`` or ``(N, F)``, ``y`` int64 ``(N,)``.
+Accuracies and drops are fractions (0.01 = one percentage point).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torch_pruning as tp
+from torch import Tensor, nn
+
+LossFn = Callable[[Tensor, Tensor, Tensor], Tensor]  # (logits, y_batch, batch_index) -> loss
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence the deprecation/tracer warnings torch.ao, torch.jit and torch-pruning emit."""
+    with warnings.catch_warnings():
+        for cat in (DeprecationWarning, FutureWarning, UserWarning, torch.jit.TracerWarning):
+            warnings.simplefilter("ignore", cat)
+        yield
+
+
+def to_dict(obj: Any) -> Any:
+    """JSON-ready copy of a (nested) result dataclass; fields with metadata json=False
+    (models) are left out, paths become strings, tuples become lists."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = [f.name for f in dataclasses.fields(obj) if f.metadata.get("json", True)]
+        return {name: to_dict(getattr(obj, name)) for name in fields}
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return None if isinstance(obj, float) and not math.isfinite(obj) else obj
+    return repr(obj)  # e.g. an nn.Module given as a student
+
+
+def check_number(key: str, value: Any, lo: float, hi: float, *, integer: bool = False,
+                 lo_open: bool = False, hi_open: bool = False) -> Any:
+    """Return ``value`` if it is a number in the range, else ``ValueError`` naming ``key``."""
+    kind = int if integer else (int, float)
+    bad = isinstance(value, bool) or not isinstance(value, kind)
+    if bad or (value <= lo if lo_open else value < lo) or (value >= hi if hi_open else value > hi):
+        rng = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+        raise ValueError(f"{key}: expected {'an integer' if integer else 'a number'} in {rng}; "
+                         f"got {value!r}")
+    return value
+
+
+def train(model: nn.Module, X: Tensor, y: Tensor, *, epochs: int, lr: float = 1e-3,
+          batch_size: int = 64, seed: int = 0, loss_fn: LossFn | None = None) -> nn.Module:
+    """Plain Adam training in place: shuffled minibatches (``torch.Generator(seed)``), CE
+    loss unless ``loss_fn(logits, y_batch, index_batch)`` is given. Returns ``model`` in
+    eval mode. Batches of one example are skipped (BatchNorm cannot train on them)."""
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if epochs > 0 and params:
+        opt = torch.optim.Adam(params, lr=lr)
+        model.train()
+        for _ in range(epochs):
+            perm = torch.randperm(len(X), generator=gen)
+            for start in range(0, len(X), batch_size):
+                idx = perm[start:start + batch_size]
+                if len(idx) < 2:
+                    continue
+                logits = model(X[idx])
+                loss = loss_fn(logits, y[idx], idx) if loss_fn else F.cross_entropy(logits, y[idx])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+    return model.eval()
+
+
+def predict(model: nn.Module, X: Tensor, batch_size: int = 1024) -> Tensor:
+    """Logits ``(N, num_classes)`` of ``model`` under ``torch.no_grad``, in batches; the
+    model is switched to (and left in) eval mode."""
+    model.eval()
+    with torch.no_grad():
+        return torch.cat([model(X[i:i + batch_size]) for i in range(0, len(X), batch_size)])
+
+
+@dataclasses.dataclass
+class Context:
+    """What a stage may use: the splits, ``out_dir`` for saved models, ``build(arch)`` for
+    students/rebuilds (default ``automl.models.build_model(arch, input_shape, num_classes)``),
+    ``fine_tune(model, epochs, lr, loss_fn=None)`` (default ``train`` on the train split,
+    in place), ``threads``/``latency_repeats`` for the latency measurement.
+
+    Stages train on the train split only; the validation split decides the accuracy-drop
+    guard and must be held out from the teacher's training too; the test split is only
+    measured."""
+
+    X_train: Tensor
+    y_train: Tensor
+    X_val: Tensor
+    y_val: Tensor
+    X_test: Tensor
+    y_test: Tensor
+    out_dir: Path
+    seed: int = 0
+    batch_size: int = 64
+    lr: float = 1e-3
+    threads: int = 1
+    latency_repeats: int = 30
+    teacher_arch: dict | None = None
+    build: Callable[[dict], nn.Module] | None = None
+    fine_tune: Callable[..., nn.Module] | None = None
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+        if self.build is None:
+            self.build = self._build_from_zoo
+        if self.fine_tune is None:
+            self.fine_tune = self._fine_tune
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:  # one example, no batch dim
+        return tuple(self.X_train.shape[1:])
+
+    @property
+    def num_classes(self) -> int:  # 1 + the largest label in any split
+        return int(max(self.y_train.max(), self.y_val.max(), self.y_test.max())) + 1
+
+    def _build_from_zoo(self, arch: dict) -> nn.Module:
+        from automl.models import build_model
+
+        return build_model(arch, self.input_shape, self.num_classes)
+
+    def _fine_tune(self, model: nn.Module, epochs: int, lr: float | None = None,
+                   loss_fn: LossFn | None = None) -> nn.Module:
+        return train(model, self.X_train, self.y_train, epochs=epochs, lr=lr or self.lr,
+                     batch_size=self.batch_size, seed=self.seed, loss_fn=loss_fn)
+
+
+def make_context(train_xy: tuple, val_xy: tuple, test_xy: tuple, out_dir: str | Path,
+                 **kwargs: Any) -> Context:
+    """``Context`` from ``(X, y)`` pairs of numpy arrays or tensors (cast to float32/int64)."""
+    def xy(pair: tuple) -> tuple[Tensor, Tensor]:
+        X, y = (torch.as_tensor(np.asarray(v)) for v in pair)
+        if len(X) != len(y):
+            raise ValueError(f"X has {len(X)} rows but y has {len(y)}")
+        return X.float().contiguous(), y.long().contiguous()
+
+    (a, b), (c, d), (e, f) = xy(train_xy), xy(val_xy), xy(test_xy)
+    return Context(a, b, c, d, e, f, Path(out_dir), **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class StageOutput:
+    """What a stage returns: the new ``model``, or ``skipped`` with the reason.
+
+    ``info``: stage facts for the report (JSON-able). ``recipe``: updates to the rebuild
+    config (``arch``, ``shapes``, ``pruned``, ``quantized``). ``count_model``: a float
+    twin used for parameter/MAC counts when ``model`` is quantized."""
+
+    model: nn.Module | None = dataclasses.field(default=None, metadata={"json": False})
+    skipped: str | None = None
+    info: dict = dataclasses.field(default_factory=dict)
+    recipe: dict = dataclasses.field(default_factory=dict)
+    count_model: nn.Module | None = dataclasses.field(default=None, metadata={"json": False})
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+
+class Stage(Protocol):
+    """A compression stage: works on its own deep copy of ``model``, never mutates it."""
+
+    name: str
+
+    def run(self, model: nn.Module, ctx: Context) -> StageOutput: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """One model's figures: ``params``, ``nonzero_params``, ``macs`` (one example, torch-
+    pruning's counter); ``size_bytes``/``script_bytes``: the saved state_dict/TorchScript
+    files; CPU p50 latency in ms at batch 1 and 64 (inference_mode, warm-up, ``ctx.threads``
+    threads); test ``accuracy``; ``agreement``: share of test argmax equal to the teacher's;
+    ``val_accuracy``: on the validation rows (what the guard compares)."""
+
+    name: str
+    params: int
+    nonzero_params: int
+    macs: int
+    size_bytes: int | None
+    script_bytes: int | None
+    latency_ms_b1: float
+    latency_ms_b64: float
+    accuracy: float
+    agreement: float
+    val_accuracy: float | None = None
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+
+def val_accuracy(model: nn.Module, ctx: Context) -> float:
+    """Accuracy (fraction) of ``model`` on ``ctx``'s validation rows; NaN when there are none."""
+    if len(ctx.y_val) == 0:
+        return math.nan
+    return float((predict(model, ctx.X_val).argmax(1) == ctx.y_val).float().mean())
+
+
+def latency_ms(model: nn.Module, x: Tensor, repeats: int, warmup: int = 3) -> float:
+    """Median wall time of ``model(x)`` in ms under ``torch.inference_mode``."""
+    times = []
+    with torch.inference_mode():
+        for _ in range(warmup):
+            model(x)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            model(x)
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def count_macs_params(model: nn.Module, example: Tensor) -> tuple[int, int]:
+    """(MACs, params) at batch 1 via ``torch_pruning.utils.count_ops_and_params``."""
+    with quiet():
+        macs, params = tp.utils.count_ops_and_params(model, example[:1])
+    return int(macs), int(params)
+
+
+def measure(model: nn.Module, ctx: Context, name: str, teacher_pred: Tensor | None, *,
+            size_bytes: int | None = None, script_bytes: int | None = None,
+            count_model: nn.Module | None = None) -> Measurement:
+    """Measure ``model`` (see ``Measurement``); ``count_model`` replaces it for the
+    parameter/MAC counts (quantized models pack their weights)."""
+    counted = (count_model if count_model is not None else model).eval()
+    macs, _ = count_macs_params(counted, ctx.X_test)
+    params = sum(p.numel() for p in counted.parameters())
+    nonzero = sum(int(torch.count_nonzero(p)) for p in counted.parameters())
+    pred = predict(model, ctx.X_test).argmax(1)
+    agree = float((pred == teacher_pred).float().mean()) if teacher_pred is not None else 1.0
+    threads, reps = torch.get_num_threads(), ctx.latency_repeats
+    x64 = ctx.X_test[torch.arange(64) % len(ctx.X_test)]
+    torch.set_num_threads(ctx.threads)
+    try:
+        b1 = latency_ms(model, ctx.X_test[:1], reps)
+        b64 = latency_ms(model, x64, max(3, reps // 3))
+    finally:
+        torch.set_num_threads(threads)
+    acc = float((pred == ctx.y_test).float().mean())
+    return Measurement(name, params, nonzero, macs, size_bytes, script_bytes, b1, b64, acc, agree,
+                       val_accuracy(model, ctx))

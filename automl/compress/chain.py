@@ -1,0 +1,200 @@
+"""Run a declared compression chain with the accuracy-drop guard.
+
+``stages_spec`` is a list of dicts such as::
+
+    {"stage": "distill", "max_accuracy_drop": 0.01, "student": {"family": "resnet",
+     "width": 8}, "temperature": 4.0, "alpha": 0.7, "epochs": 30}
+    {"stage": "prune", "method": "structured", "pruning_ratio": 0.5, "fine_tune_epochs": 10}
+    {"stage": "quantize", "method": "static", "calibration_batches": 8}
+
+Every spec is validated before anything runs (``ValueError`` naming the stage index and
+the key). Each stage gets the last *accepted* model; its result is accepted when
+``teacher_val_accuracy - val_accuracy <= max_accuracy_drop`` (a fraction, default 0.01;
+always against the original teacher), otherwise rejected with the reason and the chain
+continues from the last accepted model. The guard reads only the validation rows
+(``ctx.X_val``), which must be held out from the teacher's and the stages' training; the
+test split is read once per *accepted* model, as its final measurement (``accuracy``,
+``accuracy_drop``), and never decides anything. A stage that finds nothing to do is
+``skipped``; one that raises is ``failed`` (reason = the error). Accepted models and the
+teacher are exported (``export.export_model``, parity checked on the test inputs) and
+measured (``_base.measure``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import json
+from typing import Any
+
+import torch
+from torch import nn
+
+from automl.compress._base import (
+    Context,
+    Measurement,
+    Stage,
+    check_number,
+    measure,
+    predict,
+    to_dict,
+    val_accuracy,
+)
+from automl.compress.distill import DistillStage
+from automl.compress.export import ExportResult, export_model, shapes_of
+from automl.compress.prune import PruneStage
+from automl.compress.quantize import QuantizeStage
+
+STAGES: dict[str, type] = {"distill": DistillStage, "prune": PruneStage,
+                           "quantize": QuantizeStage}
+DEFAULT_MAX_DROP = 0.01
+
+
+@dataclasses.dataclass(frozen=True)
+class StageRecord:
+    """One stage's outcome. ``status``: accepted / rejected / skipped / failed.
+    ``val_accuracy`` and ``val_accuracy_drop`` (vs the teacher, fractions) are what the
+    guard decided on; ``accuracy`` and ``accuracy_drop`` are the test figures, set only
+    for accepted models (the test split is a final measurement, not a criterion)."""
+
+    index: int
+    stage: str
+    spec: dict
+    status: str
+    reason: str | None
+    max_accuracy_drop: float
+    val_accuracy: float | None = None
+    val_accuracy_drop: float | None = None
+    accuracy: float | None = None
+    accuracy_drop: float | None = None
+    info: dict = dataclasses.field(default_factory=dict)
+    measurement: Measurement | None = None
+    export: ExportResult | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainResult:
+    """The teacher's figures, each stage's record and the final (last accepted) model."""
+
+    teacher: Measurement
+    teacher_export: ExportResult
+    stages: tuple[StageRecord, ...]
+    final_name: str
+    final_model: nn.Module = dataclasses.field(metadata={"json": False}, repr=False,
+                                               compare=False)
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    def table(self) -> str:
+        """Plain-text table: one row per measured model (teacher and accepted stages)."""
+        head = (f"{'model':<16}{'params':>9}{'nonzero':>9}{'MACs':>11}{'file B':>10}"
+                f"{'p50 b1 ms':>10}{'p50 b64 ms':>11}{'val acc':>8}{'test acc':>9}"
+                f"{'agree':>8}")
+        rows = [head, "-" * len(head)]
+        for m in [self.teacher] + [s.measurement for s in self.stages if s.measurement]:
+            val = f"{m.val_accuracy:>8.4f}" if m.val_accuracy is not None else f"{'-':>8}"
+            rows.append(f"{m.name:<16}{m.params:>9}{m.nonzero_params:>9}{m.macs:>11}"
+                        f"{m.size_bytes or 0:>10}{m.latency_ms_b1:>10.3f}"
+                        f"{m.latency_ms_b64:>11.3f}{val}{m.accuracy:>9.4f}{m.agreement:>8.4f}")
+        for s in self.stages:
+            if s.status != "accepted":
+                rows.append(f"#{s.index} {s.stage}: {s.status} ({s.reason})")
+        return "\n".join(rows)
+
+
+def make_stage(spec: dict, index: int = 0) -> tuple[Stage, float]:
+    """(stage object, max_accuracy_drop) from one spec dict; ``ValueError`` naming the key."""
+    where = f"stages[{index}]"
+    if not isinstance(spec, dict):
+        raise ValueError(f"{where}: expected a dict; got {spec!r}")
+    params = dict(spec)
+    kind = params.pop("stage", None)
+    if kind not in STAGES:
+        raise ValueError(f"{where}.stage: expected one of {sorted(STAGES)}; got {kind!r}")
+    try:
+        drop = check_number("max_accuracy_drop", params.pop("max_accuracy_drop",
+                                                            DEFAULT_MAX_DROP), 0, 1)
+        cls = STAGES[kind]
+        valid = list(inspect.signature(cls).parameters)
+        for key in params:
+            if key not in valid:
+                raise ValueError(f"{key}: unknown key for stage {kind!r}; valid: "
+                                 f"stage, max_accuracy_drop, {', '.join(valid)}")
+        missing = [k for k, p in inspect.signature(cls).parameters.items()
+                   if p.default is inspect.Parameter.empty and k not in params]
+        if missing:
+            raise ValueError(f"{missing[0]}: required for stage {kind!r}")
+        return cls(**params), drop
+    except ValueError as err:
+        raise ValueError(f"{where}.{err}") from None
+
+
+def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context) -> ChainResult:
+    """Run ``stages_spec`` (module docstring) on a copy of ``teacher``; files go to
+    ``ctx.out_dir`` (``00_teacher.*``, ``NN_<stage>.*``, ``chain.json``). The input
+    ``teacher`` is not modified. Raises ``ValueError`` (naming ``stages[i].key``) for a
+    bad spec, or when ``ctx`` has no validation rows for the guard, before any stage
+    runs; errors inside a stage are recorded as ``failed``."""
+    if not isinstance(stages_spec, list):
+        raise ValueError(f"stages: expected a list of stage dicts; got {stages_spec!r}")
+    if len(ctx.y_val) == 0:
+        raise ValueError("ctx has no validation rows: the accuracy-drop guard needs held-out "
+                         "rows that are not the test split")
+    stages = [make_stage(spec, i) for i, spec in enumerate(stages_spec)]
+    for i, (stage, _) in enumerate(stages):  # a bad student arch fails before any work
+        if isinstance(stage, DistillStage) and isinstance(stage.student, dict):
+            try:
+                with torch.random.fork_rng(devices=[]):  # leaves the global RNG as it was
+                    ctx.build(dict(stage.student))
+            except ValueError as err:
+                raise ValueError(f"stages[{i}].student: {err}") from None
+    teacher = copy.deepcopy(teacher).eval()
+    recipe: dict[str, Any] = {"arch": ctx.teacher_arch, "input_shape": list(ctx.input_shape),
+                              "num_classes": ctx.num_classes, "shapes": shapes_of(teacher),
+                              "pruned": None, "quantized": None, "lineage": ["teacher"]}
+    t_export = export_model(teacher, ctx.out_dir, "00_teacher", recipe, ctx.X_test)
+    teacher_pred = predict(teacher, ctx.X_test).argmax(1)
+    t_meas = measure(teacher, ctx, "00_teacher", teacher_pred, size_bytes=t_export.size_bytes,
+                     script_bytes=t_export.script_bytes)
+    current, current_name, records = teacher, "00_teacher", []
+    for i, ((stage, max_drop), spec) in enumerate(zip(stages, stages_spec, strict=True), start=1):
+        base = {"index": i, "stage": stage.name, "spec": dict(spec),
+                "max_accuracy_drop": max_drop}
+        try:
+            out = stage.run(current, ctx)
+        except Exception as err:  # a stage's failure is recorded; the chain goes on
+            records.append(StageRecord(**base, status="failed",
+                                       reason=f"{type(err).__name__}: {str(err)[:300]}"))
+            continue
+        if out.skipped:
+            records.append(StageRecord(**base, status="skipped", reason=out.skipped,
+                                       info=out.info))
+            continue
+        val_acc = val_accuracy(out.model, ctx)  # the guard sees validation rows only
+        drop = t_meas.val_accuracy - val_acc
+        guard = {"val_accuracy": val_acc, "val_accuracy_drop": drop, "info": out.info}
+        if drop > max_drop + 1e-9:
+            records.append(StageRecord(**base, status="rejected", **guard,
+                                       reason=f"validation accuracy drop {drop:.4f} > max "
+                                              f"{max_drop:.4f}"))
+            continue
+        name = f"{i:02d}_{stage.name}"
+        new_recipe = {**recipe, **out.recipe, "lineage": recipe["lineage"] + [name]}
+        exp = export_model(out.model, ctx.out_dir, name, new_recipe, ctx.X_test)
+        if not exp.outputs_match:
+            records.append(StageRecord(**base, status="rejected", **guard, export=exp,
+                                       reason=f"TorchScript export differs by "
+                                              f"{exp.max_abs_diff:.2e} > atol {exp.atol}"))
+            continue
+        meas = measure(out.model, ctx, name, teacher_pred, size_bytes=exp.size_bytes,
+                       script_bytes=exp.script_bytes, count_model=out.count_model)
+        records.append(StageRecord(**base, status="accepted", reason=None, **guard,
+                                   accuracy=meas.accuracy,
+                                   accuracy_drop=t_meas.accuracy - meas.accuracy,
+                                   measurement=meas, export=exp))
+        current, current_name, recipe = out.model, name, new_recipe
+    result = ChainResult(t_meas, t_export, tuple(records), current_name, current)
+    (ctx.out_dir / "chain.json").write_text(json.dumps(result.to_dict(), indent=1))
+    return result

@@ -1,0 +1,163 @@
+"""Saving, exporting and reloading compressed models.
+
+Each model ``NAME`` is written to ``out_dir`` as three files:
+
+- ``NAME.pt``: ``model.state_dict()`` via ``torch.save`` (its size is ``size_bytes``);
+- ``NAME.json``: the rebuild recipe: ``arch``, ``input_shape``, ``num_classes``,
+  ``shapes`` (every float parameter/buffer shape, which after structured pruning are the
+  *pruned* channel counts), ``pruned`` and ``quantized`` (method, backend), the lineage
+  and the export tolerance;
+- ``NAME.ts``: TorchScript (``torch.jit.trace``), the portable, self-contained format.
+
+Rebuild paths: ``load_model`` rebuilds from the state_dict when the recipe has an
+``arch`` (``build(arch)`` -> resize layers to ``shapes`` -> re-apply quantization ->
+``load_state_dict``); otherwise (a hand-made ``nn.Module``) the TorchScript file is the
+rebuild path. Every state_dict read uses ``torch.load(..., weights_only=True)``; a file
+that needs arbitrary unpickling (pickled code) is refused with ``DataError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from automl.compress._base import predict, quiet, to_dict
+from automl.errors import DataError
+
+#: Default tolerance of the TorchScript check (``torch.allclose`` semantics).
+ATOL = 1e-4
+RTOL = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportResult:
+    """Paths and sizes (bytes) of the saved files and the TorchScript check on ``n_checked``
+    rows: ``max_abs_diff`` of the logits, ``outputs_match`` (within atol + rtol*|ref|) and
+    ``argmax_agreement`` (share of identical predicted classes)."""
+
+    state_dict_path: Path
+    config_path: Path
+    script_path: Path
+    size_bytes: int
+    script_bytes: int
+    n_checked: int
+    max_abs_diff: float
+    atol: float
+    rtol: float
+    outputs_match: bool
+    argmax_agreement: float
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+
+def shapes_of(model: nn.Module) -> dict[str, list[int]]:
+    """``{state_dict key: shape}`` of a float model's tensors."""
+    return {k: list(v.shape) for k, v in model.state_dict().items() if isinstance(v, Tensor)}
+
+
+def export_model(model: nn.Module, out_dir: str | Path, name: str, recipe: dict[str, Any],
+                 X_check: Tensor, *, atol: float = ATOL, rtol: float = RTOL) -> ExportResult:
+    """Write ``name.pt``, ``name.json`` and ``name.ts`` (see module docstring) and check that
+    the reloaded TorchScript module reproduces ``model``'s logits on ``X_check``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model = model.eval()
+    sd_path, cfg_path, ts_path = (out / f"{name}{ext}" for ext in (".pt", ".json", ".ts"))
+    torch.save(model.state_dict(), sd_path)
+    with quiet(), torch.no_grad():
+        scripted = torch.jit.trace(model, X_check[:2], check_trace=False)
+        torch.jit.save(scripted, str(ts_path))
+        reloaded = torch.jit.load(str(ts_path))
+    ref, got = predict(model, X_check), predict(reloaded, X_check)
+    diff = float((ref - got).abs().max()) if len(ref) else 0.0
+    config = {"name": name, **recipe,
+              "rebuild": "load_model(dir, name): build(arch) + shapes + quantization + "
+                         "state_dict when arch is set, else the TorchScript file",
+              "export": {"format": "torchscript-trace", "atol": atol, "rtol": rtol,
+                         "max_abs_diff": diff}}
+    cfg_path.write_text(json.dumps(to_dict(config), indent=1))
+    return ExportResult(sd_path, cfg_path, ts_path, sd_path.stat().st_size,
+                        ts_path.stat().st_size, len(X_check), diff, atol, rtol,
+                        bool(torch.allclose(got, ref, atol=atol, rtol=rtol)),
+                        float((got.argmax(1) == ref.argmax(1)).float().mean()))
+
+
+def load_state_dict_file(path: str | Path) -> dict[str, Any]:
+    """``torch.load(path, weights_only=True)``; ``DataError`` if the file is missing or
+    holds anything but tensors/containers/primitives (e.g. a pickled module or code)."""
+    try:
+        with quiet():
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DataError(f"refused to load: {first}", where=str(path),
+                        fix="save with torch.save(model.state_dict()) and load weights only"
+                        ) from None
+
+
+def fit_shapes(model: nn.Module, shapes: dict[str, list[int]]) -> nn.Module:
+    """Resize ``model``'s parameters/buffers to ``shapes`` (zero-filled) and fix the
+    layer attributes (Conv/Linear/BatchNorm/LayerNorm sizes), so that a structurally
+    pruned state_dict loads into a freshly built, unpruned model. Returns ``model``."""
+    for key, shape in shapes.items():
+        mod_name, _, attr = key.rpartition(".")
+        module = model.get_submodule(mod_name)
+        old = getattr(module, attr, None)
+        if not isinstance(old, Tensor) or list(old.shape) == list(shape):
+            continue
+        new = torch.zeros(shape, dtype=old.dtype)
+        if isinstance(old, nn.Parameter):
+            setattr(module, attr, nn.Parameter(new, requires_grad=old.requires_grad))
+        else:
+            module.register_buffer(attr, new)
+        w = getattr(module, "weight", None)
+        if isinstance(module, nn.modules.conv._ConvNd) and attr == "weight":
+            module.out_channels, module.in_channels = shape[0], shape[1] * module.groups
+        elif isinstance(module, nn.Linear) and attr == "weight":
+            module.out_features, module.in_features = shape[0], shape[1]
+        elif isinstance(module, nn.modules.batchnorm._NormBase):
+            module.num_features = shape[0]
+        elif isinstance(module, nn.LayerNorm) and w is not None:
+            module.normalized_shape = tuple(w.shape)
+    return model
+
+
+def rebuild(recipe: dict[str, Any], state_dict: dict[str, Any], build: Any) -> nn.Module:
+    """Model from a recipe (``NAME.json``) and its state_dict: ``build(recipe['arch'])``,
+    ``fit_shapes``, re-apply the recorded quantization, ``load_state_dict`` (strict)."""
+    from automl.compress.quantize import quantize_model
+
+    if not recipe.get("arch"):
+        raise DataError("recipe has no 'arch'; rebuild from the TorchScript file instead",
+                        where=str(recipe.get("name")))
+    model = fit_shapes(build(recipe["arch"]), recipe.get("shapes") or {}).eval()
+    if recipe.get("quantized"):
+        example = torch.rand(2, *recipe["input_shape"], generator=torch.Generator().manual_seed(0))
+        model = quantize_model(model, recipe["quantized"], [example],
+                               recipe.get("quant_backend", "x86"))
+    model.load_state_dict(state_dict)
+    return model.eval()
+
+
+def load_model(out_dir: str | Path, name: str, build: Any = None) -> nn.Module:
+    """Reload model ``name`` from ``out_dir``: via ``rebuild`` when the recipe has an arch
+    and ``build`` is given (or ``automl.models.build_model`` is used), else TorchScript."""
+    out = Path(out_dir)
+    recipe = json.loads((out / f"{name}.json").read_text())
+    if recipe.get("arch"):
+        if build is None:
+            from automl.models import build_model
+
+            def build(arch: dict) -> nn.Module:
+                return build_model(arch, tuple(recipe["input_shape"]), recipe["num_classes"])
+
+        return rebuild(recipe, load_state_dict_file(out / f"{name}.pt"), build)
+    with quiet():
+        return torch.jit.load(str(out / f"{name}.ts"))

@@ -1,0 +1,235 @@
+"""The compression step of the main job, and ``automl compress RUN_DIR``.
+
+Which model is compressed, and why: the winner saved at ``best/model.pt`` was retrained
+on train + validation rows, so every row outside the test split has been in its
+training. A guard on such rows would compare a student's held-out accuracy with the
+teacher's *training* accuracy (near 1.0), and the only unseen rows would be the test
+split, which must not choose anything. So the chain's teacher (``00_teacher``) is the
+winner's configuration retrained on the search's train rows only (same seed, epochs and
+preprocessing as the search's trials); every stage trains on those rows; the guard
+compares accuracy on the search's validation rows; the test split is measured once per
+model at the end. The deployed winner is measured beside them (row ``winner``) and
+exported too, so the table shows what compression buys relative to ``best/model.pt``.
+
+Writes ``<run_dir>/compression/`` (``winner.*``, ``00_teacher.*``, ``NN_<stage>.*``:
+state_dict ``.pt``, rebuild recipe ``.json``, TorchScript ``.ts``; ``chain.json``) and
+returns the ``compression`` section of ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from automl._io import write_json
+from automl.compress._base import make_context, measure, predict
+from automl.compress.chain import run_chain
+from automl.compress.export import export_model, shapes_of
+from automl.errors import DataError, SpecError
+
+OUT = "compression"
+REQUIRED = ("spec.yaml", "best/model.pt", "summary.json")
+TEACHER_SOURCE = ("the winner's configuration retrained on the search's train rows "
+                  "(validation rows held out for the accuracy-drop guard)")
+
+
+def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
+                    cv_accuracy: float | None = None,
+                    console: Console | None = None) -> dict[str, Any]:
+    """Run ``exp.compression`` on the run's winner (module docstring) and print the table.
+
+    Args:
+        exp: the validated ``Experiment``; ``exp.compression.stages`` must be non-empty.
+        dataset, splits: the run's ``automl.data.Dataset`` and ``Splits``.
+        run_dir: holds ``best/model.pt`` (``TrainState.checkpoint`` format).
+        cv_accuracy: the winner configuration's mean CV accuracy, shown in the table.
+
+    Returns:
+        ``ChainResult.to_dict()`` plus ``winner`` (measurement), ``winner_export``,
+        ``teacher_source``, ``guard``, ``table`` (one row per measured model: ``name``,
+        ``role``, ``params``, ``nonzero_params``, ``macs``, ``size_bytes``,
+        ``latency_ms_b1``, ``latency_ms_b64`` (ms, p50), ``val_accuracy``,
+        ``test_accuracy``, ``cv_accuracy``, ``agreement`` with ``00_teacher`` on the test
+        split), ``out_dir`` and ``wall_time_s``. Also written to ``compression/chain.json``.
+
+    Raises:
+        ValueError: ``exp.compression`` lists no stage.
+    """
+    from automl.data import fit_transform
+    from automl.selection import fit_and_score
+    from automl.space import TrialConfig
+    from automl.train import load_checkpoint
+
+    comp = exp.compression
+    if not comp.stages:
+        raise ValueError("compression.stages: no stage listed")
+    console = console or Console()
+    t0, threads = time.perf_counter(), torch.get_num_threads()
+    run_dir = Path(run_dir)
+    winner, ckpt = load_checkpoint(run_dir / "best" / "model.pt")
+    cfg = TrialConfig.from_dict(ckpt["config"])
+    console.print(f"compress {len(comp.stages)} stage(s): "
+                  f"{' -> '.join(s.stage for s in comp.stages)}; teacher: {TEACHER_SOURCE}",
+                  highlight=False)
+    try:
+        fit = fit_and_score(dataset, ckpt["config"], splits.train, splits.val,
+                            impute=exp.data.impute, cpus=threads, keep_model=True)
+        teacher = _rebuild(cfg.arch, fit["checkpoint"])
+        sets = fit_transform(dataset, splits.train, splits.val, splits.test,
+                             impute=exp.data.impute)
+        kw = {"seed": comp.seed, "batch_size": comp.batch_size, "lr": comp.lr,
+              "threads": comp.latency_threads, "latency_repeats": comp.latency_repeats,
+              "teacher_arch": cfg.arch}
+        out, old = run_dir / OUT, run_dir / f".{OUT}-old-{os.getpid()}"
+        if out.exists():  # a re-run: keep the old results until the new ones are complete
+            os.replace(out, old)
+        try:
+            ctx = make_context(*sets, out, **kw)
+            chain = run_chain(teacher, comp.chain(), ctx)
+            # the deployed winner, preprocessed as it was trained (fitted on train + val)
+            _, val_w, test_w = fit_transform(dataset, splits.pool, splits.val, splits.test,
+                                             impute=exp.data.impute)
+            wctx = make_context(sets[0], val_w, test_w, out, **kw)
+            w_export = export_model(winner, out, "winner", {
+                "arch": cfg.arch, "input_shape": list(ckpt["input_shape"]),
+                "num_classes": ckpt["num_classes"], "shapes": shapes_of(winner),
+                "pruned": None, "quantized": None, "lineage": ["winner"]}, wctx.X_test)
+            w_meas = measure(winner, wctx, "winner", predict(teacher, ctx.X_test).argmax(1),
+                             size_bytes=w_export.size_bytes, script_bytes=w_export.script_bytes)
+        except BaseException:
+            if old.exists():
+                shutil.rmtree(out, ignore_errors=True)
+                os.replace(old, out)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        torch.set_num_threads(threads)
+    section = {**chain.to_dict(), "winner": w_meas.to_dict(), "winner_export": w_export.to_dict(),
+               "teacher_source": TEACHER_SOURCE,
+               "guard": {"split": "validation", "rows": len(splits.val),
+                         "teacher_val_accuracy": chain.teacher.val_accuracy,
+                         "winner_val_accuracy_seen_in_training": w_meas.val_accuracy},
+               "table": table_rows(chain, w_meas, cv_accuracy),
+               "out_dir": str(out), "wall_time_s": round(time.perf_counter() - t0, 2)}
+    write_json(out / "chain.json", section)
+    print_compression(console, section)
+    return section
+
+
+def _rebuild(arch: dict, checkpoint: dict) -> torch.nn.Module:
+    from automl.models import build_model
+
+    model = build_model(arch, tuple(checkpoint["input_shape"]), checkpoint["num_classes"])
+    model.load_state_dict(checkpoint["model"])
+    return model.eval()
+
+
+def table_rows(chain, winner_meas, cv_accuracy: float | None) -> list[dict[str, Any]]:
+    """Rows of the compression table: the deployed winner, the chain's teacher and each
+    accepted stage (see ``compress_winner``)."""
+    rows = []
+    accepted = [(s.stage, s.measurement) for s in chain.stages if s.status == "accepted"]
+    for role, m in [("winner (train + val rows)", winner_meas),
+                    ("teacher (train rows)", chain.teacher)] + accepted:
+        d = m.to_dict()
+        rows.append({"name": d["name"], "role": role,
+                     **{k: d[k] for k in ("params", "nonzero_params", "macs", "size_bytes",
+                                          "latency_ms_b1", "latency_ms_b64")},
+                     "val_accuracy": None if m is winner_meas else d["val_accuracy"],
+                     "test_accuracy": d["accuracy"],
+                     "cv_accuracy": cv_accuracy if m in (winner_meas, chain.teacher) else None,
+                     "agreement": d["agreement"]})
+    return rows
+
+
+def print_compression(console: Console, section: dict) -> None:
+    """The compression table (rich) and one line per stage that was not accepted."""
+    table = Table(title="compression (CPU p50 latency in ms; agree: test argmax vs 00_teacher)",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, padding=(0, 1))
+    cols = ("model", "params", "MACs", "file", "b1", "b64", "val", "test", "CV", "agree")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+
+    def f(v, spec: str) -> str:
+        return "-" if v is None else format(v, spec)
+
+    for r in section["table"]:
+        table.add_row(r["name"], f(r["params"], ","), _si(r["macs"]), _si(r["size_bytes"], "B"),
+                      f(r["latency_ms_b1"], ".3f"), f(r["latency_ms_b64"], ".2f"),
+                      f(r["val_accuracy"], ".4f"), f(r["test_accuracy"], ".4f"),
+                      f(r["cv_accuracy"], ".4f"), f(r["agreement"], ".4f"))
+    console.print(table)
+    for s in section["stages"]:
+        drop = s.get("val_accuracy_drop")
+        note = (f", val drop {drop:+.4f} (max {s['max_accuracy_drop']})"
+                if drop is not None and s["status"] == "accepted" else "")
+        line = f"  #{s['index']} {s['stage']}: {s['status']}{note}"
+        console.print(line + (f": {s['reason']}" if s.get("reason") else ""), highlight=False)
+    console.print(f"compress {section['wall_time_s']:.0f}s; files in {section['out_dir']}",
+                  highlight=False)
+
+
+def _si(v: float | None, unit: str = "") -> str:
+    """``12.3k``/``4.56M`` style (decimal prefixes) for MACs and bytes."""
+    if v is None:
+        return "-"
+    for div, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{prefix}{unit}"
+    return f"{v:.0f}{unit}"
+
+
+def compress_run(run_dir: str | Path, spec: str | Path | None = None,
+                 console: Console | None = None) -> dict[str, Any]:
+    """``automl compress RUN_DIR``: re-run compression alone on a finished run and update
+    its ``summary.json`` (``compression`` section) and ``compression/`` folder.
+
+    The run's ``spec.yaml`` rebuilds the same data and split (``data.seed``); ``spec``,
+    when given, replaces only its ``compression`` section.
+
+    Raises:
+        DataError: RUN_DIR lacks ``spec.yaml``, ``best/model.pt`` or ``summary.json``
+            (not a finished run), or its data changed since the run (checksum).
+        SpecError: a spec is invalid, or the chain lists no stage.
+    """
+    from automl.data import load_dataset, split_indices
+    from automl.spec import load_spec
+
+    run_dir = Path(run_dir)
+    for name in REQUIRED:
+        if not (run_dir / name).is_file():
+            raise DataError(f"{name} is missing, so this is not a finished run",
+                            where=str(run_dir / name),
+                            fix="pass a run directory written by `automl search`")
+    exp = load_spec(run_dir / "spec.yaml")
+    where = str(run_dir / "spec.yaml")
+    if spec is not None:
+        chain = load_spec(spec).compression.model_dump(mode="json")
+        exp, where = load_spec(run_dir / "spec.yaml", {"compression": chain}), str(spec)
+    if not exp.compression.enabled:
+        raise SpecError("compression.stages: no compression stage to run", where=where,
+                        fix="pass --spec with a compression section")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    dataset = load_dataset(exp.data)
+    recorded = (summary.get("data") or {}).get("sha256")
+    if recorded and recorded != dataset.checksum:
+        raise DataError(f"the data changed since the run (sha256 {dataset.checksum[:12]} vs "
+                        f"{recorded[:12]} recorded)", where=dataset.name,
+                        fix="restore the data the run used")
+    splits = split_indices(dataset.y, exp.data.test_size, exp.data.val_size, exp.data.seed,
+                           classes=dataset.classes)
+    cv = ((summary.get("winner") or {}).get("cv") or {}).get("accuracy") or {}
+    section = compress_winner(exp, dataset, splits, run_dir, cv_accuracy=cv.get("mean"),
+                              console=console)
+    summary["compression"] = section
+    write_json(run_dir / "summary.json", summary)
+    return section

@@ -1,0 +1,140 @@
+"""The last stage of the main job: register the chosen model (and every accepted
+compressed model) in the registry with its lineage, log them to W&B under the winning
+trial's run, and say where everything is.
+
+Reads only the summary dict and files in the run directory, so the optional stages
+(cross-validation: ``summary["cv"]``; compression: ``summary["compression"]`` or a
+``chain.json``) appear in the lineage when they ran and are skipped when they did not.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from automl.registry import CHECKPOINT, EXPORT, ModelVersion, Registry, now
+from automl.rundir import compression, cv_table, measured_models, winner
+from automl.spec import Experiment
+from automl.tracking import WandbTarget, log_winner, run_id
+
+
+def registry_dir(exp: Experiment, run_dir: Path) -> Path:
+    """``registry.dir``, or ``registry`` beside the run directory (``<output.dir>/registry``)."""
+    return Path(exp.registry.dir) if exp.registry.dir else Path(run_dir).parent / "registry"
+
+
+def _tracking(target: WandbTarget | None, trial_id: str, artifact: str,
+              aliases: list[str]) -> dict | None:
+    if target is None:
+        return None
+    return {"backend": "wandb", "target": target.to_dict(), "trial_id": trial_id,
+            "run_id": run_id(target.group, target.dir, trial_id), "artifact": artifact,
+            "aliases": aliases}
+
+
+def _locate(run_dir: Path, path: str | None) -> Path | None:
+    """An exported file's path as recorded, or the file of that name in the run dir."""
+    if not path:
+        return None
+    if Path(path).is_file():
+        return Path(path)
+    hits = [p for p in Path(run_dir).rglob(Path(path).name) if "tune" not in p.parts]
+    return hits[0] if hits else None
+
+
+def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
+                 target: WandbTarget | None = None) -> list[ModelVersion]:
+    """Register the run's winner as ``<registry.name>@n`` and each accepted compressed
+    model as ``<registry.name>-<NN_stage>@m`` (parent: the winner's version).
+
+    Returns:
+        The new versions, winner first.
+
+    Raises:
+        RegistryError: the winner's checkpoint is missing.
+    """
+    name = exp.registry.name or exp.name
+    chosen, sweep = winner(summary), Path(run_dir).name
+    cv = cv_table(summary)
+    mine = next((c for c in (cv or {}).get("candidates", [])
+                 if c["trial_id"] == chosen["trial_id"]), None)
+    best = summary.get("best") or {}
+    base = {"sweep": sweep, "run_dir": str(Path(run_dir).resolve()),
+            "spec_sha256": summary.get("spec_sha256"),
+            "data_sha256": (summary.get("data") or {}).get("sha256"),
+            "metric": summary.get("metric")}
+    lineage = {**base, "kind": "winner", "trial_id": chosen["trial_id"],
+               "params": chosen["params"], "config": chosen["config"],
+               "search_val": best.get("val") if best.get("trial_id") == chosen["trial_id"]
+               else None,
+               "test": chosen["test"],
+               "cv": ({"metric": cv["metric"], "scores": mine["scores"], "mean": mine["mean"],
+                       "std": mine["std"]} if mine else None),
+               "compression": [], "parent": None, "run_finished_at": now()}
+    win = reg.register(name, {"model.pt": chosen["checkpoint"]}, format=CHECKPOINT,
+                       lineage=lineage,
+                       tracking=_tracking(target, chosen["trial_id"], name, ["best", sweep]))
+    versions = [win]
+    chain = compression(run_dir, summary)
+    for row in measured_models(chain)[1:] if chain else []:
+        export = row.get("export") or {}
+        files = [_locate(run_dir, export.get(k))
+                 for k in ("state_dict_path", "config_path", "script_path")]
+        if not all(files):
+            continue
+        export_name = files[0].stem
+        recipe = json.loads(files[1].read_text())
+        child = f"{name}-{export_name}"
+        measurement = {k: row.get(k) for k in ("params", "nonzero_params", "macs",
+                                               "size_bytes", "latency_ms_b1",
+                                               "latency_ms_b64", "accuracy", "agreement")}
+        versions.append(reg.register(
+            child, {f.name: f for f in files}, format=EXPORT,
+            lineage={**base, "kind": "compressed", "trial_id": chosen["trial_id"],
+                     "export_name": export_name, "test": {"accuracy": row.get("accuracy")},
+                     "measurement": measurement, "cv": None,
+                     "compression": recipe.get("lineage") or [export_name],
+                     "parent": win.ref, "run_finished_at": now()},
+            tracking=_tracking(target, chosen["trial_id"], child, [sweep])))
+    return versions
+
+
+def publish(exp: Experiment, run_dir: Path, summary: dict, target: WandbTarget | None,
+            console: Console) -> dict[str, Any]:
+    """Register and log the run's models; returns the ``registry`` and ``tracking``
+    sections for ``summary.json``. A W&B failure is reported, not raised: the sweep's
+    results are on disk either way."""
+    out: dict[str, Any] = {}
+    versions: list[ModelVersion] = []
+    if exp.registry.enabled:
+        reg = Registry(registry_dir(exp, run_dir))
+        versions = register_run(reg, exp, run_dir, summary, target)
+        out["registry"] = {"dir": str(reg.root), "winner": versions[0].ref,
+                           "versions": [v.ref for v in versions]}
+        console.print(f"registry {', '.join(v.ref for v in versions)} in {reg.root}  "
+                      f"(automl registry show {versions[0].ref})", highlight=False)
+    tracking: dict[str, Any] = {"backend": exp.tracking.backend,
+                                "tensorboard": (f"tensorboard --logdir {Path(run_dir) / 'tune'}"
+                                                if exp.tracking.tensorboard else None)}
+    if target is not None:
+        tracking.update({"mode": target.mode, "project": target.project,
+                         "entity": target.entity, "group": target.group,
+                         "dir": str(Path(target.dir) / "wandb")})
+        try:
+            tracking.update(log_winner(target, run_dir, summary, versions))
+        except Exception as e:  # the results are safe on disk; say what failed
+            tracking["error"] = f"{type(e).__name__}: {e}"
+            console.print(f"warning: W&B logging of the winner failed: {tracking['error']}",
+                          style="yellow", highlight=False)
+        if target.mode == "offline":
+            tracking["sync"] = target.sync_command()
+            console.print(f"wandb  offline runs in {tracking['dir']}; upload later with "
+                          f"`{target.sync_command()}`", highlight=False)
+        else:
+            console.print(f"wandb  online, project {target.project}, group {target.group}",
+                          highlight=False)
+    out["tracking"] = tracking
+    return out

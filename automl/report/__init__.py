@@ -1,0 +1,160 @@
+"""``automl report RUN_DIR``: an offline HTML report with PNG figures of a finished run.
+
+Reads only the run directory: ``summary.json``, ``trials.json``, the Optuna study in
+``study.db`` (SQLite), and the optional cross-validation (``summary["cv"]``) and
+compression (``summary["compression"]`` or ``chain.json``) results; a section whose
+input is absent is left out. Writes ``<run_dir>/report/index.html`` and one PNG per
+figure beside it (referenced by relative path; no JavaScript, no CDN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+from automl._io import write_text
+from automl.report import _figures as figs
+from automl.report._html import code, figure, page, pairs, table
+from automl.rundir import compression, cv_table, measured_models, read_summary, read_trials
+
+STUDY_DB = "study.db"
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`build_report` wrote: ``index`` (the HTML file), ``figures`` (name ->
+    PNG path) and ``skipped`` (figure name -> why it was not drawn)."""
+
+    index: Path
+    figures: dict[str, Path] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def _load_study(run_dir: Path, name: str | None):
+    import optuna
+
+    path = run_dir / STUDY_DB
+    if not path.is_file():
+        raise figs.Skip(f"no {STUDY_DB} in the run directory")
+    storage = f"sqlite:///{path.resolve()}"
+    names = optuna.get_all_study_names(storage)
+    if not names:
+        raise figs.Skip(f"{STUDY_DB} holds no study")
+    return optuna.load_study(study_name=name if name in names else names[0], storage=storage)
+
+
+def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Report:
+    """Write the report of ``run_dir`` into ``out_dir`` (default ``<run_dir>/report``).
+
+    Raises:
+        DataError: ``run_dir`` or its ``summary.json`` is missing or unreadable.
+    """
+    run_dir = Path(run_dir)
+    summary = read_summary(run_dir)
+    out = Path(out_dir) if out_dir else run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    trials, metric = read_trials(run_dir), summary.get("metric", "val_accuracy")
+    cv, chain = cv_table(summary), compression(run_dir, summary)
+    drawn: dict[str, Path] = {}
+    skipped: dict[str, str] = {}
+
+    def draw(name: str, fn, *args) -> None:
+        try:
+            drawn[name] = fn(*args, out / f"{name}.png")
+        except figs.Skip as e:
+            skipped[name] = str(e)
+
+    try:
+        study = _load_study(run_dir, summary.get("name"))
+    except figs.Skip as e:
+        study = None
+        for name in ("optimization_history", "parallel_coordinates", "param_importances"):
+            skipped[name] = str(e)
+    if study is not None:
+        draw("optimization_history", figs.optimization_history, study)
+        draw("parallel_coordinates", figs.parallel_coordinates, study)
+        draw("param_importances", figs.param_importances, study)
+    draw("learning_curves", figs.learning_curves, trials, metric)
+    if cv:
+        draw("cv_scores", figs.cv_scores, cv)
+    models = measured_models(chain) if chain else []
+    if chain:
+        draw("compression_tradeoff", figs.compression_tradeoff, models)
+
+    files = {k: p.name for k, p in drawn.items()}
+    sections = [("Overview", _overview(summary)),
+                ("Leaderboard (search)", _leaderboard(summary, metric)),
+                ("Search", "".join(figure(n, c, files, skipped) for n, c in (
+                    ("optimization_history", "Optimisation history (Optuna)"),
+                    ("parallel_coordinates", "Parallel coordinates (Optuna)"),
+                    ("param_importances", "Hyperparameter importance (Optuna, fANOVA)"),
+                    ("learning_curves", f"Learning curves: {metric} per epoch"))))]
+    if cv:
+        rows = [[c["trial_id"], c["status"], c["mean"], c["std"], c["scores"], c["n_params"]]
+                for c in cv["candidates"]]
+        sections.append(("Cross-validation", table(
+            ["trial", "status", f"mean {cv['metric']}", "std", "fold scores", "parameters"],
+            rows) + (f"<p>{cv['reason']}</p>" if cv.get("reason") else "")
+            + figure("cv_scores", "CV scores per candidate", files, skipped)))
+    if chain:
+        sections.append(("Compression", _compression(chain)
+                         + figure("compression_tradeoff", "Accuracy vs parameters and latency",
+                                  files, skipped)))
+    sections.append(("Where things are", _where(run_dir, summary)))
+    index = write_text(out / "index.html",
+                       page(f"automl report: {summary.get('name', run_dir.name)}", sections))
+    return Report(index, drawn, skipped)
+
+
+def _overview(s: dict) -> str:
+    w, test = s.get("winner") or s.get("best") or {}, s.get("test") or {}
+    data = s.get("data") or {}
+    return pairs([
+        ("run", s.get("run_dir")), ("search metric", f"{s.get('metric')} ({s.get('mode')})"),
+        ("trials", s.get("trials")), ("wall time (s)", s.get("wall_time_s")),
+        ("winner trial", w.get("trial_id")), ("why", w.get("reason")),
+        ("winner config", w.get("params")),
+        ("test scores", {k: v for k, v in test.items() if isinstance(v, (int, float))}),
+        ("data", f"{data.get('name')}: {data.get('rows')} rows, sha256 {data.get('sha256')}"),
+        ("spec sha256", s.get("spec_sha256")),
+    ])
+
+
+def _leaderboard(s: dict, metric: str) -> str:
+    rows = [[i, r.get("trial_id"), r.get(metric), r.get("epochs"), r.get("end_state"),
+             r.get("params")] for i, r in enumerate(s.get("leaderboard") or [], 1)]
+    return table(["rank", "trial", metric, "epochs", "end", "config"], rows) if rows else ""
+
+
+def _compression(chain: dict) -> str:
+    teacher = chain.get("teacher") or {}
+    rows = [["teacher", "-", teacher.get("accuracy"), 0.0, teacher.get("params"),
+             teacher.get("nonzero_params"), teacher.get("macs"), teacher.get("size_bytes"),
+             teacher.get("latency_ms_b1"), ""]]
+    for st in chain.get("stages", []):
+        m = st.get("measurement") or {}
+        rows.append([f"{st.get('index')} {st.get('stage')}", st.get("status"), st.get("accuracy"),
+                     st.get("accuracy_drop"), m.get("params"), m.get("nonzero_params"),
+                     m.get("macs"), m.get("size_bytes"), m.get("latency_ms_b1"),
+                     st.get("reason") or ""])
+    return table(["model", "status", "test accuracy", "drop", "params", "non-zero", "MACs",
+                  "file bytes", "latency b1 (ms)", "reason"], rows)
+
+
+def _where(run_dir: Path, s: dict) -> str:
+    """Commands that open the run's study, event files, W&B runs and registry entries."""
+    db = (run_dir / STUDY_DB).resolve()
+    reg, trk = s.get("registry") or {}, s.get("tracking") or {}
+    rows = [("Optuna study", code(f"optuna-dashboard sqlite:///{db}"))]
+    if trk.get("tensorboard"):
+        rows.append(("TensorBoard", code(trk["tensorboard"])))
+    if trk.get("backend") == "wandb" and trk.get("mode"):
+        text = escape(f"{trk['mode']} runs, project {trk.get('project')}, "
+                      f"group {trk.get('group')}")
+        rows.append(("W&B", text + (f"; upload with {code(trk['sync'])}" if trk.get("sync")
+                                    else "")))
+    if reg:
+        rows.append(("registry", escape(f"{', '.join(reg['versions'])} in {reg['dir']}")))
+    return "<table>" + "".join(f"<tr><th>{escape(k)}</th><td>{v}</td></tr>"
+                               for k, v in rows) + "</table>"

@@ -1,0 +1,129 @@
+"""Reading a finished run directory: the summary, the trials, and the optional stages
+(cross-validation, compression) in the shapes later stages (registry, W&B, report) use.
+
+Everything here reads files written by the pipeline; nothing imports torch or ray.
+Optional sections are None when the run did not produce them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from automl.errors import DataError
+
+SUMMARY = "summary.json"
+
+
+def read_summary(run_dir: str | Path) -> dict[str, Any]:
+    """``<run_dir>/summary.json`` as a dict.
+
+    Raises:
+        DataError: the folder or its summary is missing or unreadable (exit code 2 at the
+            CLI: the caller passed a wrong folder).
+    """
+    path = Path(run_dir) / SUMMARY
+    if not Path(run_dir).is_dir():
+        raise DataError("run directory does not exist", where=str(run_dir),
+                       fix="pass a folder written by `automl search`")
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read {SUMMARY}: {e}", where=str(path),
+                        fix="pass a folder written by a finished `automl search`") from None
+    if not isinstance(summary, dict):
+        raise DataError(f"{SUMMARY} holds a {type(summary).__name__}, not a mapping",
+                        where=str(path), fix="pass a folder written by `automl search`")
+    return summary
+
+
+def read_trials(run_dir: str | Path) -> list[dict[str, Any]]:
+    """``trials.json`` (one dict per trial, with ``history``); [] when absent."""
+    path = Path(run_dir) / "trials.json"
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def winner(summary: dict) -> dict[str, Any]:
+    """The model the run chose: ``{"trial_id", "checkpoint", "params", "config", "test"}``.
+
+    The ``winner`` section (written when cross-validation picks the model) is preferred,
+    else the search's ``best`` trial; ``test`` is the summary's test scores.
+    """
+    best = summary.get("best") or {}
+    chosen = summary.get("winner") if isinstance(summary.get("winner"), dict) else {}
+    cv = summary.get("cv") if isinstance(summary.get("cv"), dict) else {}
+    source = chosen or best
+    return {
+        "trial_id": chosen.get("trial_id") or cv.get("winner") or best.get("trial_id"),
+        "checkpoint": chosen.get("checkpoint") or best.get("checkpoint"),
+        "params": source.get("params"),
+        "config": source.get("config"),
+        "test": chosen.get("test") or summary.get("test") or {},
+    }
+
+
+def cv_table(summary: dict) -> dict[str, Any] | None:
+    """The cross-validation section as ``{"metric", "winner", "candidates": [{"trial_id",
+    "scores" (one per fold, in fold order), "mean", "std", "status", "n_params"}]}``, or
+    None when the run has no (usable) ``cv`` section.
+
+    Reads ``automl.selection.CVResult.to_dict()``: fold scores are
+    ``folds[i]["scores"][metric]``.
+    """
+    cv = summary.get("cv")
+    if not isinstance(cv, dict) or not isinstance(cv.get("candidates"), list):
+        return None
+    metric = cv.get("metric") or "accuracy"
+    rows = []
+    for c in cv["candidates"]:
+        scores = [f["scores"][metric] for f in c.get("folds", [])
+                  if isinstance(f.get("scores"), dict) and metric in f["scores"]]
+        stats = (c.get("summary") or {}).get(metric) or {}
+        mean = stats.get("mean", sum(scores) / len(scores) if scores else math.nan)
+        rows.append({"trial_id": c.get("trial_id"), "scores": scores, "mean": mean,
+                     "std": stats.get("std"), "status": c.get("status", ""),
+                     "n_params": c.get("n_params")})
+    return {"metric": metric, "winner": cv.get("winner"), "reason": cv.get("reason"),
+            "candidates": rows}
+
+
+def compression(run_dir: str | Path, summary: dict) -> dict[str, Any] | None:
+    """The compression chain (``automl.compress.ChainResult.to_dict()``: ``teacher``,
+    ``teacher_export``, ``stages``, ``final_name``) from the summary's ``compression``
+    section, or from the first ``chain.json`` in the run directory; None when absent."""
+    section = summary.get("compression")
+    if isinstance(section, dict) and isinstance(section.get("stages"), list):
+        return section
+    if isinstance(section, dict) and isinstance(section.get("chain"), dict):
+        return section["chain"]
+    run_dir = Path(run_dir)
+    for path in sorted(run_dir.glob("*/chain.json")) + sorted(run_dir.glob("*/*/chain.json")):
+        if path.parts[len(run_dir.parts)] in ("tune", "wandb", "report"):
+            continue
+        try:
+            chain = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(chain, dict) and isinstance(chain.get("stages"), list):
+            return chain
+    return None
+
+
+def measured_models(chain: dict) -> list[dict[str, Any]]:
+    """Teacher and accepted stages of a chain as rows ``{"name", "stage", "status",
+    "params", "nonzero_params", "macs", "size_bytes", "latency_ms_b1", "latency_ms_b64",
+    "accuracy", "export"}`` (export: the stage's file paths, None for the teacher row's
+    missing export)."""
+    rows = []
+    teacher = chain.get("teacher")
+    if isinstance(teacher, dict):
+        rows.append({**teacher, "stage": "teacher", "status": "teacher",
+                     "export": chain.get("teacher_export")})
+    for s in chain.get("stages", []):
+        m = s.get("measurement")
+        if s.get("status") == "accepted" and isinstance(m, dict):
+            rows.append({**m, "stage": s.get("stage"), "status": "accepted",
+                         "export": s.get("export")})
+    return rows

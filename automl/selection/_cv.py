@@ -1,0 +1,268 @@
+"""Cross-validated re-scoring of the search's top k on Ray, fold-level halving, the
+winner, and the winner's refit on all training rows scored once on the test split."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from automl.data import Dataset, Splits
+from automl.errors import RunError
+from automl.selection._folds import FoldPlan, make_folds
+from automl.selection._scores import choose_winner, summarize_folds
+from automl.selection._tasks import fit_and_score
+from automl.spec import Experiment
+
+
+@dataclass(frozen=True)
+class CandidateCV:
+    """One candidate's cross-validation: ``folds`` holds ``{fold, repeat, scores,
+    train_time_s, epochs}`` per fold run; ``summary`` maps each metric to ``{mean, std,
+    ci95, n}``; ``status`` is ``winner``, ``scored`` or ``dropped after fold 1``."""
+
+    trial_id: str
+    rank: int
+    config: dict
+    params: dict
+    search_score: float | None
+    n_params: int
+    folds: list[dict]
+    summary: dict
+    status: str
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class CVResult:
+    """The CV table, the winner and why, and what the cross-validation cost.
+
+    ``compute`` counts fold trainings, their epochs and training seconds;
+    ``halving`` (None unless ``selection.fold_halving``) says who was dropped after
+    fold 1 and what that saved.
+    """
+
+    metric: str
+    plan: dict
+    candidates: list[CandidateCV]
+    winner: str
+    reason: str
+    compute: dict
+    halving: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def winner_candidate(self) -> CandidateCV:
+        return next(c for c in self.candidates if c.trial_id == self.winner)
+
+    def to_dict(self) -> dict:
+        return {"metric": self.metric, "plan": self.plan, "winner": self.winner,
+                "reason": self.reason, "compute": self.compute, "halving": self.halving,
+                "warnings": self.warnings, "candidates": [c.to_dict() for c in self.candidates]}
+
+
+def fold_demand(resources) -> dict[str, float]:
+    """What one fold training holds: one worker's CPUs (and GPUs) from a ``ResourcesSpec``;
+    folds train in one process, never as a data-parallel group."""
+    demand = {"CPU": resources.cpus_per_worker}
+    if resources.gpus_per_worker:
+        demand["GPU"] = resources.gpus_per_worker
+    return demand
+
+
+def _admit(exp: Experiment):
+    """Fold concurrency from the search's admission control (fails fast when a fold can
+    never be placed), capped by ``resources.concurrent_trials``."""
+    from automl.search import admit
+
+    return admit(fold_demand(exp.resources), exp.resources.concurrent_trials)
+
+
+def _run_tasks(data_ref, jobs: list[tuple], *, resources, limit: int, deadline: float,
+               impute, keep_model: bool = False) -> dict:
+    """Run ``fit_and_score`` for ``(key, config, train_idx, eval_idx)`` jobs as Ray tasks,
+    at most ``limit`` at once, all finished by ``deadline`` (``time.monotonic``)."""
+    import ray
+
+    demand = fold_demand(resources)
+    cpus, gpus = demand["CPU"], demand.get("GPU", 0.0)
+    remote = ray.remote(fit_and_score).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
+    queue, pending, results = list(jobs), {}, {}
+    try:
+        while queue or pending:
+            while queue and len(pending) < limit:
+                key, cfg, tr, ev = queue.pop(0)
+                ref = remote.remote(data_ref, cfg, tr, ev, impute=impute, cpus=cpus, gpus=gpus,
+                                    precision=resources.precision, keep_model=keep_model)
+                pending[ref] = key
+            left = deadline - time.monotonic()
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=max(left, 0.0))
+            if not done:
+                raise RunError(f"cross-validation did not finish in time ({len(pending)} fold "
+                               f"trainings running, {len(queue)} queued)",
+                               where="selection.timeout_s",
+                               fix="raise selection.timeout_s or lower cv_folds / top_k")
+            for ref in done:
+                key = pending.pop(ref)
+                try:
+                    results[key] = ray.get(ref, timeout=60)
+                except ray.exceptions.RayError as e:
+                    last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
+                    raise RunError(f"training trial {key[0]} on fold {key[1]} failed: {last}",
+                                   where="selection") from None
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+    return results
+
+
+def cross_validate(
+    exp: Experiment,
+    data: Dataset,
+    pool: np.ndarray,
+    candidates: Sequence,
+    *,
+    admission=None,
+    console=None,
+) -> CVResult:
+    """Re-score ``candidates`` (``TrialRecord``s, best first) by stratified k-fold CV.
+
+    Each fold trains the candidate's config from scratch for its full ``epochs`` on
+    the fold's training rows (preprocessing fitted there only) and scores the fold's
+    validation rows. Folds run as Ray tasks (one worker's ``resources.cpus_per_worker``
+    CPUs and ``gpus_per_worker`` GPUs each; at most as many at once as
+    :func:`automl.search.admit` allows within ``resources.concurrent_trials``); the
+    dataset is put in the object store once. With ``selection.fold_halving`` every
+    candidate runs fold 1 and only those within ``selection.halving_margin`` of the
+    fold-1 leader run the rest.
+
+    Args:
+        pool: the rows to cross-validate on (train + validation; never the test split).
+
+    Raises:
+        DataError: a class has fewer rows than folds (see :func:`make_folds`).
+        ResourceError: a fold can never be placed on the cluster.
+        RunError: a fold failed, or CV ran past ``selection.timeout_s``.
+    """
+    import ray
+
+    sel = exp.selection
+    plan = make_folds(data.y, pool, sel.cv_folds, sel.cv_repeats, exp.data.seed,
+                      allow_fewer=sel.allow_fewer_folds, classes=data.classes)
+    for w in plan.warnings:
+        if console is not None:
+            console.print(f"warning: {w}", style="yellow")
+    if admission is None:
+        admission = _admit(exp)
+    if not candidates:
+        raise RunError("no candidate to cross-validate", where="selection.top_k")
+    for c in candidates:
+        if not c.config:
+            raise RunError(f"trial {c.trial_id} has no config to retrain", where="selection")
+    t0, deadline = time.perf_counter(), time.monotonic() + sel.timeout_s
+    data_ref = ray.put(data)
+    run = dict(data_ref=data_ref, resources=exp.resources, limit=admission.max_concurrent,
+               deadline=deadline, impute=exp.data.impute)
+    n = len(plan.folds)
+    first = range(1) if sel.fold_halving else range(n)
+    jobs = [((c.trial_id, i), c.config, *plan.folds[i]) for i in first for c in candidates]
+    results = _run_tasks(jobs=jobs, **run)
+    survivors, halving = list(candidates), None
+    if sel.fold_halving:
+        score1 = {c.trial_id: results[(c.trial_id, 0)]["scores"][sel.metric] for c in candidates}
+        leader = max(candidates, key=lambda c: score1[c.trial_id]).trial_id
+        survivors = [c for c in candidates
+                     if score1[c.trial_id] >= score1[leader] - sel.halving_margin - 1e-12]
+        kept = {c.trial_id for c in survivors}
+        jobs = [((c.trial_id, i), c.config, *plan.folds[i]) for i in range(1, n)
+                for c in survivors]
+        results.update(_run_tasks(jobs=jobs, **run))
+        halving = {"margin": sel.halving_margin, "fold1_leader": leader,
+                   "fold1_scores": score1,
+                   "dropped": [c.trial_id for c in candidates if c.trial_id not in kept]}
+    wall = time.perf_counter() - t0
+
+    rows = []
+    for rank, c in enumerate(candidates, 1):
+        folds = [{"fold": i % plan.n_folds + 1, "repeat": i // plan.n_folds + 1,
+                  "scores": results[(c.trial_id, i)]["scores"],
+                  "train_time_s": results[(c.trial_id, i)]["train_time_s"],
+                  "epochs": results[(c.trial_id, i)]["epochs"]}
+                 for i in range(n) if (c.trial_id, i) in results]
+        search_score = c.metrics.get(exp.search.metric)
+        rows.append(dict(trial_id=c.trial_id, rank=rank, config=c.config, params=c.params,
+                         search_score=search_score,
+                         n_params=results[(c.trial_id, 0)]["n_params"], folds=folds,
+                         summary=summarize_folds(folds)))
+    eligible = [{"trial_id": r["trial_id"], "mean": r["summary"][sel.metric]["mean"],
+                 "n_params": r["n_params"], "rank": r["rank"]}
+                for r in rows if len(r["folds"]) == n]
+    winner, reason = choose_winner(eligible, sel.tie_tolerance)
+    reason = f"{sel.metric}: {reason}"
+    done = {e["trial_id"] for e in eligible}
+    table = [CandidateCV(**r, status="winner" if r["trial_id"] == winner
+                         else "scored" if r["trial_id"] in done else "dropped after fold 1")
+             for r in rows]
+    compute = _compute(results, wall)
+    if halving is not None:
+        per_fold = {c.trial_id: results[(c.trial_id, 0)] for c in candidates}
+        skipped = [(t, n - 1) for t in halving["dropped"]]
+        halving.update({
+            "fold_trainings_skipped": sum(k for _, k in skipped),
+            "fold_epochs_skipped": sum(per_fold[t]["epochs"] * k for t, k in skipped),
+            "train_time_s_saved_est": round(
+                sum(per_fold[t]["train_time_s"] * k for t, k in skipped), 3),
+            "winner_is_fold1_leader": winner == halving["fold1_leader"],
+        })
+        full = compute["fold_epochs"] + halving["fold_epochs_skipped"]
+        halving["epochs_saved_fraction"] = round(halving["fold_epochs_skipped"] / full, 4)
+    return CVResult(sel.metric, plan.to_dict(), table, winner, reason, compute, halving,
+                    list(plan.warnings))
+
+
+def _compute(results: dict, wall: float) -> dict:
+    return {"fold_trainings": len(results),
+            "fold_epochs": int(sum(r["epochs"] for r in results.values())),
+            "train_time_s": round(sum(r["train_time_s"] for r in results.values()), 3),
+            "wall_time_s": round(wall, 3)}
+
+
+def refit_and_test(
+    exp: Experiment, data: Dataset, splits: Splits, config: dict, *, admission=None
+) -> dict:
+    """Retrain ``config`` on every training row (``splits.pool``: train + validation,
+    preprocessing fitted there) as one Ray task and score it once on ``splits.test``.
+
+    Returns:
+        ``{"checkpoint": dict (``TrainState.checkpoint`` format), "test": {scores...,
+        "loss", "rows", "train_rows"}, "confusion_matrix": {"classes", "matrix"}}``;
+        ``matrix[i][j]`` counts test rows of class ``i`` predicted as ``j``.
+
+    Raises:
+        RunError: the training failed or ran past ``selection.timeout_s``.
+    """
+    import ray
+    from sklearn.metrics import confusion_matrix
+
+    if admission is None:
+        admission = _admit(exp)  # fails fast when the refit can never be placed
+    out = _run_tasks(ray.put(data), [(("refit", "all"), config, splits.pool, splits.test)],
+                     resources=exp.resources, limit=1,
+                     deadline=time.monotonic() + exp.selection.timeout_s,
+                     impute=exp.data.impute, keep_model=True)[("refit", "all")]
+    y_true = data.y[splits.test]
+    matrix = confusion_matrix(y_true, out["y_pred"], labels=list(range(data.num_classes)))
+    test = {**out["scores"], "f1": out["scores"]["f1_macro"], "loss": out["loss"],
+            "rows": out["n_eval"], "train_rows": out["n_train"],
+            "train_time_s": out["train_time_s"]}
+    return {"checkpoint": out["checkpoint"], "test": test,
+            "confusion_matrix": {"classes": list(data.classes), "rows": "true class",
+                                 "columns": "predicted class", "matrix": matrix.tolist()}}
+
+
+__all__ = ["CVResult", "CandidateCV", "FoldPlan", "cross_validate", "fold_demand",
+           "refit_and_test"]

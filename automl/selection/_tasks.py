@@ -1,0 +1,87 @@
+"""The unit of work of cross-validation and the final refit: train one configuration
+on some rows, score it on others. Runs inside a Ray task (or in-process in tests)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from automl.data import Dataset, fit_transform
+from automl.selection._scores import classification_scores
+
+
+def fit_and_score(
+    data: Dataset,
+    config: dict,
+    train_idx: np.ndarray,
+    eval_idx: np.ndarray,
+    *,
+    impute=None,
+    cpus: float = 1.0,
+    gpus: float = 0.0,
+    precision: str = "fp32",
+    keep_model: bool = False,
+) -> dict:
+    """Fit preprocessing and a model on rows ``train_idx`` only, then score rows ``eval_idx``.
+
+    Args:
+        config: a ``TrialConfig.to_dict()``; trains for its full ``epochs``.
+        impute: ``SimpleImputer`` strategies (``automl.spec.ImputeSpec``) for tabular data.
+        cpus: torch intra-op threads.
+        gpus: when > 0 and CUDA is available, trains on the GPU Ray assigned, with
+            ``precision`` autocast (``fp32``, ``bf16``, ``fp16``).
+        keep_model: also return the checkpoint dict and the predictions.
+
+    Returns:
+        ``scores`` (:func:`classification_scores`), ``loss`` (cross-entropy), ``epochs``,
+        ``train_time_s`` (seconds in training steps), ``n_params``, ``n_train``,
+        ``n_eval``; with ``keep_model`` also ``checkpoint`` (tensors on the CPU) and
+        ``y_pred`` (list of int).
+    """
+    import torch
+
+    from automl.models import count_parameters
+    from automl.space import TrialConfig
+    from automl.train import Shard, TrainState, fit, predict, set_threads, to_tensors
+
+    set_threads(cpus)
+    device = "cuda" if gpus and torch.cuda.is_available() else "cpu"
+    (X_tr, y_tr), (X_ev, y_ev) = fit_transform(data, train_idx, eval_idx, impute=impute)
+    cfg = TrialConfig.from_dict(config)
+    state = TrainState.create(cfg, tuple(X_tr.shape[1:]), data.num_classes, len(y_tr),
+                              wrap=lambda m: m.to(device))
+    t0 = time.perf_counter()
+    train = tuple(t.to(device) for t in to_tensors(X_tr, y_tr))
+    fit(state, train, None, shard=Shard(device=device, precision=precision))
+    train_time = time.perf_counter() - t0
+    X_t, y_t = to_tensors(X_ev, y_ev)
+    logits = predict(state.model, X_t.to(device)).float().cpu()  # (n_eval, num_classes)
+    y_pred = logits.argmax(1).numpy()
+    out = {
+        "scores": classification_scores(y_ev, y_pred, data.num_classes),
+        "loss": float(torch.nn.functional.cross_entropy(logits, y_t)),
+        "epochs": cfg.epochs,
+        "train_time_s": round(train_time, 3),
+        "n_params": count_parameters(state.model),
+        "n_train": int(len(y_tr)),
+        "n_eval": int(len(y_ev)),
+    }
+    if keep_model:
+        ckpt = state.checkpoint({**out["scores"], "loss": out["loss"]})
+        out["checkpoint"] = _to_cpu(ckpt)
+        out["y_pred"] = [int(v) for v in y_pred]
+    return out
+
+
+def _to_cpu(obj):
+    """Every tensor in a nested dict / list moved to the CPU (for pickling to the driver)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj

@@ -1,0 +1,248 @@
+"""Compression stages on sklearn digits (pixels / 16, (N, 1, 8, 8)), small models, 1 thread."""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch import nn
+
+import automl.compress as comp
+from automl.errors import DataError
+from automl.models import build_model
+
+TEACHER = {"family": "resnet", "width": 8, "stages": 2}
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # 2 shared cores: more threads only thrash
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def splits():  # fixed stratified split: 1221 train / 216 val / 450 test
+    d = load_digits()
+    X, y = (d.data / 16.0).reshape(-1, 1, 8, 8).astype(np.float32), d.target
+    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.25, stratify=y, random_state=0)
+    X_tr, X_va, y_tr, y_va = train_test_split(X_tr, y_tr, test_size=0.15, stratify=y_tr,
+                                              random_state=0)
+    return (X_tr, y_tr), (X_va, y_va), (X_te, y_te)
+
+
+def _ctx(splits, out_dir, **kw):
+    return comp.make_context(*splits, out_dir, latency_repeats=3, **kw)
+
+
+def _acc(model, ctx):
+    return float((comp.predict(model, ctx.X_test).argmax(1) == ctx.y_test).float().mean())
+
+
+def _n_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def _same_state(a: nn.Module, b: nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.fixture(scope="module")
+def ctx(splits, tmp_path_factory):
+    return _ctx(splits, tmp_path_factory.mktemp("ctx"), teacher_arch=TEACHER)
+
+
+@pytest.fixture(scope="module")
+def teacher(ctx):
+    torch.manual_seed(0)
+    model = build_model(TEACHER, ctx.input_shape, ctx.num_classes)
+    comp.train(model, ctx.X_train, ctx.y_train, epochs=8, lr=3e-3)
+    assert _acc(model, ctx) > 0.85
+    return model
+
+
+def test_training_is_deterministic(ctx):
+    def fit():
+        torch.manual_seed(1)
+        model = build_model({"family": "mlp", "width": 16}, ctx.input_shape, 10)
+        return comp.train(model, ctx.X_train, ctx.y_train, epochs=1, seed=3)
+    assert _same_state(fit(), fit())
+
+
+@pytest.mark.parametrize("arch", [{"family": "vgg", "width": 4, "depth": 1, "fc_width": 16},
+                                  {"family": "vit", "dim": 8, "depth": 1, "heads": 2},
+                                  {"family": "mlp", "width": 32}])
+def test_other_families_prune_and_quantize(arch, ctx):
+    model = build_model(arch, ctx.input_shape, 10).eval()
+    pruned = comp.PruneStage("structured", pruning_ratio=0.5).run(model, ctx)
+    assert pruned.info["params_after"] < pruned.info["params_before"]
+    quant = comp.QuantizeStage("dynamic").run(pruned.model, ctx)
+    assert comp.is_quantized(quant.model)
+    assert comp.predict(quant.model, ctx.X_test[:5]).shape == (5, 10)
+
+
+def test_distillation_loss_limits():
+    torch.manual_seed(0)
+    s, t, y = torch.randn(8, 10), torch.randn(8, 10), torch.randint(0, 10, (8,))
+    assert torch.allclose(comp.distillation_loss(s, t, y, 4.0, 0.0), F.cross_entropy(s, y))
+    assert float(comp.distillation_loss(t, t, y, 4.0, 1.0)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_distill_student_is_smaller_and_reports_agreement(teacher, ctx):
+    before = copy.deepcopy(teacher)
+    student = {"family": "resnet", "width": 4, "stages": 2}
+    out = comp.DistillStage(student, epochs=12, lr=3e-3).run(teacher, ctx)
+    assert _n_params(out.model) * 3 < _n_params(teacher)
+    assert 0.5 < out.info["agreement_with_stage_teacher"] <= 1.0
+    assert out.recipe["arch"]["width"] == 4
+    assert _same_state(teacher, before)
+
+
+def test_structured_prune_removes_channels_without_touching_input(teacher, ctx):
+    before = copy.deepcopy(teacher)
+    out = comp.PruneStage("structured", pruning_ratio=0.5, fine_tune_epochs=1).run(teacher, ctx)
+    pruned = out.model
+    assert pruned.stem[0].out_channels < teacher.stem[0].out_channels == 8
+    assert out.info["macs_after"] < 0.5 * out.info["macs_before"]
+    assert _n_params(pruned) < 0.5 * _n_params(teacher)
+    assert pruned.fc.out_features == 10 and _same_state(teacher, before)
+    assert not comp.has_pruning_leftovers(teacher) and not comp.has_pruning_leftovers(pruned)
+    clone = copy.deepcopy(pruned)  # no hooks or pruner state travel with a copy
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in clone.modules())
+    assert torch.allclose(comp.predict(clone, ctx.X_test), comp.predict(pruned, ctx.X_test))
+    by_macs = comp.PruneStage("structured", macs_target=0.6).run(teacher, ctx).info
+    assert by_macs["macs_after"] <= 0.6 * by_macs["macs_before"]
+
+
+def test_unstructured_prune_hits_sparsity_and_leaves_no_masks(teacher, ctx):
+    seen, ctx2 = [], copy.copy(ctx)
+
+    def fine_tune(model, epochs, lr):  # records that the masks are live while tuning
+        seen.append(comp.has_pruning_leftovers(model))
+        return ctx.fine_tune(model, epochs, lr)
+
+    ctx2.fine_tune = fine_tune
+    stage = comp.PruneStage("unstructured", sparsity=0.6, iterative_steps=2, fine_tune_epochs=1)
+    out = stage.run(teacher, ctx2)
+    assert seen == [True, True]
+    assert not any(k.endswith(("_orig", "_mask")) for k in out.model.state_dict())
+    assert not comp.has_pruning_leftovers(out.model) and not comp.has_pruning_leftovers(teacher)
+    assert not comp.has_pruning_leftovers(copy.deepcopy(out.model))
+    assert comp.sparsity(out.model) >= 0.6 - 1e-3
+    assert comp.sparsity(teacher) < 0.01  # the input model was not pruned
+    ws = [m.weight for m in out.model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    assert sum(int((w == 0).sum()) for w in ws) / sum(w.numel() for w in ws) >= 0.6 - 1e-3
+
+
+def test_dynamic_quant_shrinks_linear_model_file(splits, tmp_path):
+    ctx = _ctx(splits, tmp_path, teacher_arch={"family": "mlp", "width": 512})
+    torch.manual_seed(0)
+    mlp = build_model(ctx.teacher_arch, ctx.input_shape, 10)
+    comp.train(mlp, ctx.X_train, ctx.y_train, epochs=2)
+    spec = [{"stage": "quantize", "method": "dynamic", "max_accuracy_drop": 0.02}]
+    res = comp.run_chain(mlp, spec, ctx)
+    rec = res.stages[0]
+    assert rec.status == "accepted", rec.reason
+    assert res.teacher.size_bytes >= 3 * rec.measurement.size_bytes
+    assert rec.measurement.params == res.teacher.params
+    again = comp.load_model(tmp_path, "01_quantize")  # rebuilt from arch + weights_only state_dict
+    assert torch.equal(comp.predict(again, ctx.X_test), comp.predict(res.final_model, ctx.X_test))
+
+
+def test_static_ptq_on_conv_net_and_skip_without_linear(teacher, ctx):
+    conv_only = nn.Sequential(nn.Conv2d(1, 10, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    skipped = comp.QuantizeStage("dynamic").run(conv_only, ctx)
+    assert skipped.model is None and "nn.Linear" in skipped.skipped
+    out = comp.QuantizeStage("static", calibration_batches=4).run(teacher, ctx)
+    assert comp.is_quantized(out.model) and not comp.is_quantized(teacher)
+    assert _acc(out.model, ctx) >= _acc(teacher, ctx) - 0.03
+    assert out.info["calibration_rows"] == 4 * ctx.batch_size
+
+
+def test_export_torchscript_matches(teacher, ctx, tmp_path):
+    recipe = {"arch": TEACHER, "input_shape": [1, 8, 8], "num_classes": 10}
+    exp = comp.export_model(teacher, tmp_path, "t", recipe, ctx.X_test)
+    assert exp.outputs_match and exp.max_abs_diff <= exp.atol and exp.argmax_agreement == 1.0
+    scripted = torch.jit.load(str(exp.script_path))
+    assert torch.allclose(scripted(ctx.X_test), comp.predict(teacher, ctx.X_test), atol=exp.atol)
+    assert json.loads(exp.config_path.read_text())["arch"] == TEACHER
+
+
+def test_weights_only_reload_and_pickled_code_refused(teacher, tmp_path):
+    good, bad = tmp_path / "good.pt", tmp_path / "bad.pt"
+    torch.save(teacher.state_dict(), good)
+    assert comp.load_state_dict_file(good).keys() == teacher.state_dict().keys()
+    torch.save(teacher, bad)  # the whole module: needs code to unpickle
+    with pytest.raises(DataError, match="refused"):
+        comp.load_state_dict_file(bad)
+
+
+@pytest.mark.parametrize("spec, key", [
+    ({"stage": "shrink"}, "stage"), ({"stage": "prune", "pruning_ratio": 1.5}, "pruning_ratio"),
+    ({"stage": "prune", "sparsity": 0.5}, "sparsity"), ({"stage": "prune", "ratio": 0.5}, "ratio"),
+    ({"stage": "distill", "epochs": 3}, "student"),
+    ({"stage": "distill", "student": {"family": "mlp"}, "alpha": 2}, "alpha"),
+    ({"stage": "quantize", "method": "int4"}, "method"),
+    ({"stage": "quantize", "max_accuracy_drop": -1}, "max_accuracy_drop")])
+def test_bad_stage_params_name_the_key(spec, key):
+    with pytest.raises(ValueError, match=key):
+        comp.make_stage(spec)
+
+
+def test_bad_student_arch_fails_before_any_work(teacher, splits, tmp_path):
+    ctx = _ctx(splits, tmp_path)
+    spec = [{"stage": "distill", "student": {"family": "resnet", "wdth": 4}}]
+    with pytest.raises(ValueError, match=r"stages\[0\]\.student"):
+        comp.run_chain(teacher, spec, ctx)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.fixture(scope="module")
+def chain(teacher, splits, tmp_path_factory):
+    ctx = _ctx(splits, tmp_path_factory.mktemp("chain"), teacher_arch=TEACHER)
+    spec = [{"stage": "prune", "pruning_ratio": 0.85, "max_accuracy_drop": 0.0},
+            {"stage": "prune", "method": "structured", "pruning_ratio": 0.3, "fine_tune_epochs": 4,
+             "lr": 3e-3, "max_accuracy_drop": 0.1},
+            {"stage": "quantize", "method": "static", "max_accuracy_drop": 0.05},
+            {"stage": "quantize", "method": "dynamic", "max_accuracy_drop": 0.05}]
+    before = copy.deepcopy(teacher)
+    res = comp.run_chain(teacher, spec, ctx)
+    assert _same_state(teacher, before)
+    return res, ctx
+
+
+def test_guard_rejects_chain_continues_and_measures(chain, teacher):
+    res, ctx = chain
+    rejected, pruned, quant, skipped = res.stages
+    assert rejected.status == "rejected" and "accuracy drop" in rejected.reason
+    assert rejected.measurement is None and rejected.accuracy_drop > 0
+    assert pruned.status == "accepted", pruned.reason
+    assert pruned.info["params_before"] == _n_params(teacher)  # went on from the teacher
+    assert quant.status == "accepted", quant.reason
+    assert quant.measurement.size_bytes < pruned.measurement.size_bytes
+    assert skipped.status == "skipped" and "already quantized" in skipped.reason
+    assert res.final_name == "03_quantize"
+    m = pruned.measurement
+    assert m.macs < res.teacher.macs and m.params < res.teacher.params
+    assert m.latency_ms_b1 > 0 and m.latency_ms_b64 > 0 and 0 < m.agreement <= 1
+    saved = json.loads((ctx.out_dir / "chain.json").read_text())
+    assert saved["stages"][0]["status"] == "rejected" and "final_model" not in saved
+    assert "00_teacher" in res.table()
+
+
+def test_chain_models_reload_from_state_dict_and_recipe(chain):
+    res, ctx = chain
+    for rec in res.stages[1:3]:
+        name = f"{rec.index:02d}_{rec.stage}"
+        rebuilt = comp.load_model(ctx.out_dir, name)  # build(arch) + pruned shapes + quantization
+        scripted = torch.jit.load(str(ctx.out_dir / f"{name}.ts"))
+        ref = comp.predict(scripted, ctx.X_test)
+        assert torch.allclose(comp.predict(rebuilt, ctx.X_test), ref, atol=1e-4)
+        assert _acc(rebuilt, ctx) == pytest.approx(rec.measurement.accuracy)

@@ -1,0 +1,193 @@
+"""Cross-validated selection: folds, tiny classes, scores and CI, the winner rule, a tiny
+real CV on Ray (2 candidates x 3 folds), fold halving and the winner's refit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import write_spec
+from scipy import stats
+
+from automl.data import Dataset, load_dataset, split_indices
+from automl.errors import DataError
+from automl.search import TrialRecord
+from automl.selection import (
+    choose_winner,
+    classification_scores,
+    cross_validate,
+    fit_and_score,
+    make_folds,
+    refit_and_test,
+    summarize,
+)
+from automl.spec import DataSpec, load_spec
+
+
+def test_folds_are_stratified_disjoint_seeded_and_never_touch_test():
+    y = np.arange(200) % 4
+    s = split_indices(y, 0.2, 0.2, seed=0)
+    plan = make_folds(y, s.pool, 5, n_repeats=2, seed=3)
+    assert len(plan.folds) == 10 and plan.n_folds == 5
+    for r in range(2):
+        vals = [va for _, va in plan.folds[r * 5 : r * 5 + 5]]
+        assert sorted(np.concatenate(vals).tolist()) == s.pool.tolist()
+    for tr, va in plan.folds:
+        assert not set(tr) & set(va) and not (set(tr) | set(va)) & set(s.test)
+        assert np.bincount(y[va], minlength=4).tolist() == [8, 8, 8, 8]
+    again = make_folds(y, s.pool, 5, n_repeats=2, seed=3)
+    assert all((a[1] == b[1]).all() for a, b in zip(plan.folds, again.folds, strict=True))
+    assert not (plan.folds[0][1] == plan.folds[5][1]).all()  # a repeat reshuffles
+
+
+def test_a_class_smaller_than_the_folds_is_named():
+    y = np.array([0] * 20 + [1] * 20 + [2] * 3)
+    classes = ("cat", "dog", "axolotl")
+    with pytest.raises(DataError, match=r"selection\.cv_folds: class 'axolotl' has 3 training "
+                                        r"rows, fewer than the 5 cross-validation folds.*"
+                                        r"lower selection\.cv_folds to 3"):
+        make_folds(y, np.arange(len(y)), 5, classes=classes)
+    plan = make_folds(y, np.arange(len(y)), 5, allow_fewer=True, classes=classes)
+    assert plan.n_folds == 3 and len(plan.folds) == 3
+    assert plan.warnings == ("class 'axolotl' has 3 training rows: cross-validating with 3 "
+                             "folds instead of 5",)
+    with pytest.raises(DataError, match=r"class 'axolotl' has 1 training row, .*add rows"):
+        make_folds(y[:41], np.arange(41), 5, allow_fewer=True, classes=classes)
+
+
+def test_a_class_too_small_to_split_is_named():
+    y = np.array([0] * 30 + [1] * 30 + [2])
+    with pytest.raises(DataError, match=r"class 'rare' has 1 rows"):
+        split_indices(y, 0.2, 0.2, 0, classes=("a", "b", "rare"))
+
+
+def test_scores_summary_and_confidence_interval():
+    y_true = np.array([0, 0, 0, 0, 1, 1, 2, 2])
+    y_pred = np.array([0, 0, 0, 1, 1, 1, 2, 0])
+    s = classification_scores(y_true, y_pred, 4)  # label 3 never occurs: macro over 4
+    assert s["accuracy"] == pytest.approx(6 / 8)
+    assert s["balanced_accuracy"] == pytest.approx((3 / 4 + 1 + 1 / 2) / 3)
+    assert s["recall_macro"] == pytest.approx((3 / 4 + 1 + 1 / 2 + 0) / 4)
+    summ = summarize([0.90, 0.92, 0.94])
+    half = stats.t.ppf(0.975, 2) * 0.02 / math.sqrt(3)
+    assert summ["mean"] == pytest.approx(0.92) and summ["std"] == pytest.approx(0.02)
+    assert summ["ci95"] == pytest.approx([0.92 - half, 0.92 + half])
+    assert summarize([0.5]) == {"mean": 0.5, "std": None, "ci95": None, "n": 1}
+
+
+def test_near_ties_go_to_the_smaller_model():
+    cands = [
+        {"trial_id": "big", "mean": 0.975, "n_params": 90_000, "rank": 1},
+        {"trial_id": "small", "mean": 0.974, "n_params": 5_000, "rank": 2},
+        {"trial_id": "tiny", "mean": 0.960, "n_params": 1_000, "rank": 3},
+    ]
+    winner, reason = choose_winner(cands, tolerance=0.002)
+    assert winner == "small"
+    assert "within 0.002 of the best (0.9750, trial big)" in reason and "5,000 vs 90,000" in reason
+    winner, reason = choose_winner(cands, tolerance=0.0005)
+    assert winner == "big" and "0.0010 ahead" in reason
+
+
+def test_fit_and_score_fits_preprocessing_on_the_fold_training_rows_only(monkeypatch):
+    import automl.data._preprocess as pre_mod
+
+    data = load_dataset(DataSpec(source="wine"))
+    s = split_indices(data.y, 0.2, 0.2, 0)
+    train, val = make_folds(data.y, s.pool, 3, seed=0).folds[1]
+    seen = []
+    real = pre_mod.fit_preprocessor
+
+    def spy(d, idx, impute=None):
+        fitted = real(d, idx, impute)
+        seen.append((np.asarray(idx).copy(), fitted))
+        return fitted
+
+    monkeypatch.setattr(pre_mod, "fit_preprocessor", spy)
+    cfg = {"arch": {"family": "mlp", "depth": 1, "width": 16}, "optimizer": "adam", "lr": 1e-2,
+           "batch_size": 32, "epochs": 2, "weight_decay": 0.0, "init": "default"}
+    out = fit_and_score(data, cfg, train, val)
+    (idx, fitted), = seen
+    assert idx.tolist() == train.tolist()
+    scaler = fitted.named_transformers_["num"].named_steps["scale"]
+    assert np.allclose(scaler.mean_, data.frame.iloc[train].to_numpy().mean(axis=0))
+    assert out["n_train"] == len(train) and out["n_eval"] == len(val)
+
+
+# --------------------------------------------------------------------------- on Ray
+SPEC = """
+name: cv
+model: {family: resnet, resnet: {depth: 1, width: 8, stages: 2}}
+training: {optimizer: adam, batch_size: 64, epochs: 2}
+selection: {top_k: 2, cv_folds: 3, metric: balanced_accuracy, halving_margin: 0.05}
+resources: {cpus_per_worker: 1}
+"""
+
+
+def _candidate(trial_id: str, lr: float, epochs: int, width: int = 8) -> TrialRecord:
+    cfg = {"arch": {"family": "resnet", "depth": 1, "width": width, "stages": 2},
+           "optimizer": "adam", "lr": lr, "batch_size": 64, "epochs": epochs,
+           "weight_decay": 0.0, "init": "default", "seed": 0}
+    return TrialRecord(trial_id=trial_id, params={"training.lr": lr}, config=cfg,
+                       end_state="completed", epochs_run=epochs, target_epochs=epochs,
+                       metrics={"val_accuracy": 0.9})
+
+
+@pytest.fixture(scope="module")
+def digits():
+    data = load_dataset(DataSpec())
+    return data, split_indices(data.y, 0.2, 0.2, 0)
+
+
+def test_cross_validation_on_ray_scores_every_fold_and_names_the_winner(
+        ray_cluster, digits, tmp_path):
+    data, splits = digits
+    exp = load_spec(write_spec(tmp_path, SPEC))
+    good, bad = _candidate("good", 1e-2, 2), _candidate("bad", 1e-6, 1, width=16)
+    cv = cross_validate(exp, data, splits.pool, [bad, good])
+    assert cv.winner == "good" and cv.reason.startswith("balanced_accuracy: best CV mean")
+    assert cv.plan["sizes"] == [[958, 479]] * 3
+    for c in cv.candidates:
+        assert [f["fold"] for f in c.folds] == [1, 2, 3]
+        folds = [f["scores"]["balanced_accuracy"] for f in c.folds]
+        summ = c.summary["balanced_accuracy"]
+        assert summ["mean"] == pytest.approx(np.mean(folds)) and summ["n"] == 3
+        assert summ["ci95"][0] <= summ["mean"] <= summ["ci95"][1]
+    by_id = {c.trial_id: c for c in cv.candidates}
+    accuracy = {k: c.summary["accuracy"]["mean"] for k, c in by_id.items()}
+    assert accuracy["good"] > 0.6 > accuracy["bad"]
+    assert by_id["bad"].n_params > by_id["good"].n_params
+    assert cv.compute["fold_trainings"] == 6 and cv.compute["fold_epochs"] == 3 * (2 + 1)
+    assert cv.halving is None and cv.to_dict()["candidates"][1]["status"] == "winner"
+
+    final = refit_and_test(exp, data, splits, by_id["good"].config)
+    matrix = np.array(final["confusion_matrix"]["matrix"])
+    assert matrix.shape == (10, 10) and matrix.sum() == len(splits.test) == 360
+    assert final["test"]["accuracy"] == pytest.approx(np.trace(matrix) / 360)
+    assert final["test"]["train_rows"] == len(splits.pool) == 1437
+    assert final["checkpoint"]["epoch"] == 2 and final["checkpoint"]["num_classes"] == 10
+
+
+def test_fold_halving_skips_the_folds_of_candidates_out_of_reach(ray_cluster, digits, tmp_path):
+    data, splits = digits
+    exp = load_spec(write_spec(tmp_path, SPEC), {"selection.fold_halving": True})
+    good, bad = _candidate("good", 1e-2, 2), _candidate("bad", 1e-6, 1)
+    cv = cross_validate(exp, data, splits.pool, [bad, good])
+    by_id = {c.trial_id: c for c in cv.candidates}
+    assert len(by_id["good"].folds) == 3 and len(by_id["bad"].folds) == 1
+    assert by_id["bad"].status == "dropped after fold 1" and cv.winner == "good"
+    h = cv.halving
+    assert h["dropped"] == ["bad"] and h["fold1_leader"] == "good"
+    assert h["fold_trainings_skipped"] == 2 and h["fold_epochs_skipped"] == 2
+    assert cv.compute["fold_trainings"] == 4 and cv.compute["fold_epochs"] == 7
+    assert h["epochs_saved_fraction"] == pytest.approx(2 / 9, abs=1e-4)
+    assert h["winner_is_fold1_leader"] is True and h["train_time_s_saved_est"] > 0
+
+
+def test_cross_validation_refuses_a_class_smaller_than_the_folds(tmp_path):
+    y = np.array([0] * 30 + [1] * 30 + [2] * 4)
+    X = np.random.default_rng(0).random((len(y), 1, 4, 4)).astype(np.float32)
+    data = Dataset("small", X, y, ("a", "b", "c"), "image")
+    exp = load_spec(write_spec(tmp_path, SPEC), {"selection.cv_folds": 5})
+    with pytest.raises(DataError, match=r"class 'c' has 4 training rows, fewer than the 5"):
+        cross_validate(exp, data, np.arange(len(y)), [_candidate("a", 1e-2, 1)])

@@ -1,0 +1,219 @@
+"""The file-based model registry: versions, aliases, lineage, atomic writes, safe loading,
+registration of a run's winner and compressed models, and the CLI. No Ray."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from automl.cli import app
+from automl.errors import RegistryError
+from automl.publish import publish, register_run
+from automl.registry import CHECKPOINT, EXPORT, Registry
+from automl.space import TrialConfig
+from automl.spec import Experiment
+from automl.train import TrainState
+
+ARCH = {"family": "resnet", "width": 8, "depth": 1, "stages": 2}
+
+
+def checkpoint(path: Path, seed: int = 0) -> torch.nn.Module:
+    cfg = TrialConfig(arch=dict(ARCH), optimizer="adam", lr=1e-3, batch_size=32, epochs=1,
+                      weight_decay=0.0, init="kaiming", seed=seed)
+    state = TrainState.create(cfg, (1, 8, 8), 10, n_train=64)
+    torch.save(state.checkpoint({"val_accuracy": 0.5}), path)
+    return state.model.eval()
+
+
+@pytest.fixture
+def reg(tmp_path) -> Registry:
+    return Registry(tmp_path / "registry")
+
+
+def test_versions_aliases_and_safe_loading(reg, tmp_path):
+    models = [checkpoint(tmp_path / f"m{i}.pt", seed=i) for i in range(2)]
+    v1 = reg.register("digits", {"model.pt": tmp_path / "m0.pt"}, format=CHECKPOINT,
+                      lineage={"trial_id": "a_00000"})
+    v2 = reg.register("digits", {"model.pt": tmp_path / "m1.pt"}, format=CHECKPOINT,
+                      lineage={"trial_id": "a_00001", "parent": "digits@1"})
+    assert (v1.ref, v2.ref) == ("digits@1", "digits@2") and reg.names() == ["digits"]
+    assert reg.get("digits").version == reg.get("digits@latest").version == 2
+    assert reg.get("digits@1").lineage["trial_id"] == "a_00000"
+    assert v2.lineage["registered_at"].endswith("Z")
+    assert reg.set_alias("digits@1", "champion").aliases == ("champion",)
+    assert reg.get("digits@champion").version == 1
+    reg.set_alias("digits@2", "champion")  # an alias moves; it is never on two versions
+    assert reg.get("digits@1").aliases == () and reg.get("digits@champion").version == 2
+    x = torch.rand(4, 1, 8, 8)
+    for ref, model in (("digits@1", models[0]), ("digits@champion", models[1])):
+        loaded, version = reg.load(ref)
+        assert not loaded.training and torch.equal(loaded(x), model(x))
+    assert json.loads((v2.path / "version.json").read_text())["files"]["model.pt"] == \
+        v2.files["model.pt"]
+
+
+def test_bad_names_references_and_aliases_are_one_line_errors(reg, tmp_path):
+    checkpoint(tmp_path / "m.pt")
+    for name in ("../evil", "a/b", "..", "", "a..b", ".hidden"):
+        with pytest.raises(RegistryError, match="invalid model name"):
+            reg.register(name, {"model.pt": tmp_path / "m.pt"}, format=CHECKPOINT, lineage={})
+    with pytest.raises(RegistryError, match="invalid file name"):
+        reg.register("m", {"../x.pt": tmp_path / "m.pt"}, format=CHECKPOINT, lineage={})
+    with pytest.raises(RegistryError, match="does not exist"):
+        reg.register("m", {"model.pt": tmp_path / "nope.pt"}, format=CHECKPOINT, lineage={})
+    reg.register("m", {"model.pt": tmp_path / "m.pt"}, format=CHECKPOINT, lineage={})
+    with pytest.raises(RegistryError, match=r"m has no version 7 \(versions 1..1\)"):
+        reg.get("m@7")
+    with pytest.raises(RegistryError, match="m has no alias 'prod' .aliases: none"):
+        reg.get("m@prod")
+    with pytest.raises(RegistryError, match="no model named 'ghost' .registered: m"):
+        reg.get("ghost")
+    for alias in ("latest", "1st", "a/b", ""):
+        with pytest.raises(RegistryError, match="invalid alias"):
+            reg.set_alias("m@1", alias)
+    assert "\n" not in str(RegistryError("x", where="m@1"))
+
+
+def test_a_failed_registration_leaves_no_version(reg, tmp_path, monkeypatch):
+    checkpoint(tmp_path / "m.pt")
+    (tmp_path / "extra.json").write_text("{}")
+    real = shutil.copyfile
+    calls = []
+
+    def flaky(src, dst, *a, **kw):
+        calls.append(src)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(src, dst, *a, **kw)
+
+    monkeypatch.setattr(shutil, "copyfile", flaky)
+    with pytest.raises(OSError, match="No space"):
+        reg.register("m", {"model.pt": tmp_path / "m.pt", "extra.json": tmp_path / "extra.json"},
+                     format=CHECKPOINT, lineage={})
+    monkeypatch.setattr(shutil, "copyfile", real)
+    assert reg.names() == [] and [p.name for p in (reg.root / "m").iterdir()] == [".lock"]
+    assert reg.register("m", {"model.pt": tmp_path / "m.pt"}, format=CHECKPOINT,
+                        lineage={}).version == 1
+
+
+def test_concurrent_registrations_get_distinct_versions(reg, tmp_path):
+    checkpoint(tmp_path / "m.pt")
+    with ThreadPoolExecutor(4) as pool:
+        refs = list(pool.map(lambda i: reg.register(
+            "m", {"model.pt": tmp_path / "m.pt"}, format=CHECKPOINT,
+            lineage={"i": i}).version, range(8)))
+    assert sorted(refs) == list(range(1, 9))
+    assert sorted(v.lineage["i"] for v in reg.versions("m")) == list(range(8))
+
+
+def test_tampered_or_pickled_code_files_are_refused(reg, tmp_path):
+    checkpoint(tmp_path / "m.pt")
+    v = reg.register("m", {"model.pt": tmp_path / "m.pt"}, format=CHECKPOINT, lineage={})
+    (v.path / "model.pt").write_bytes(b"changed")
+    with pytest.raises(RegistryError, match="sha256 mismatch"):
+        reg.load("m@1")
+    torch.save({"format": "automl.checkpoint/1", "evil": shutil.rmtree}, tmp_path / "bad.pt")
+    reg.register("bad", {"model.pt": tmp_path / "bad.pt"}, format=CHECKPOINT, lineage={})
+    with pytest.raises(RegistryError, match="refused to load"):
+        reg.load("bad")
+
+
+def fake_run(tmp_path: Path, with_compression: bool) -> tuple[Path, dict, torch.nn.Module]:
+    """A run directory as the pipeline leaves it (summary, data, best model) and,
+    optionally, a compression chain with one exported model."""
+    run_dir = tmp_path / "runs" / "nightly-3"
+    (run_dir / "best").mkdir(parents=True)
+    model = checkpoint(run_dir / "best" / "model.pt")
+    cv = {"metric": "accuracy", "winner": "t_00002", "candidates": [
+        {"trial_id": "t_00002", "status": "winner", "n_params": 100,
+         "folds": [{"fold": 1, "scores": {"accuracy": 0.9}}, {"fold": 2,
+                                                              "scores": {"accuracy": 0.8}}],
+         "summary": {"accuracy": {"mean": 0.85, "std": 0.07}}}]}
+    summary = {"name": "digits", "spec_sha256": "ab" * 32, "metric": "val_accuracy",
+               "data": {"sha256": "cd" * 32},
+               "best": {"trial_id": "t_00001", "params": {"training.lr": 0.1}, "val": {}},
+               "winner": {"trial_id": "t_00002", "params": {"training.lr": 0.01},
+                          "config": {"arch": ARCH},
+                          "checkpoint": str(run_dir / "best" / "model.pt")},
+               "cv": cv, "test": {"accuracy": 0.95}}
+    if with_compression:
+        from automl.compress import export_model
+
+        out = run_dir / "compress"
+        recipe = {"arch": ARCH, "input_shape": [1, 8, 8], "num_classes": 10, "shapes": {},
+                  "pruned": None, "quantized": None, "lineage": ["teacher", "01_distill"]}
+        exp = export_model(model, out, "01_distill", recipe, torch.rand(8, 1, 8, 8))
+        meas = {"name": "01_distill", "params": 100, "nonzero_params": 100, "macs": 10,
+                "size_bytes": 1, "latency_ms_b1": 0.1, "latency_ms_b64": 1.0,
+                "accuracy": 0.94, "agreement": 0.99}
+        chain = {"teacher": {**meas, "name": "00_teacher", "accuracy": 0.95},
+                 "stages": [{"index": 1, "stage": "distill", "status": "accepted",
+                             "accuracy": 0.94, "accuracy_drop": 0.01, "measurement": meas,
+                             "export": exp.to_dict()},
+                            {"index": 2, "stage": "prune", "status": "rejected",
+                             "reason": "accuracy drop 0.2 > max 0.01"}],
+                 "final_name": "01_distill"}
+        (out / "chain.json").write_text(json.dumps(chain))
+    return run_dir, summary, model
+
+
+def test_register_run_records_lineage_of_winner_and_compressed_models(reg, tmp_path):
+    run_dir, summary, model = fake_run(tmp_path, with_compression=True)
+    exp = Experiment.model_validate({"name": "digits"})
+    win, child = register_run(reg, exp, run_dir, summary)
+    assert (win.ref, child.ref) == ("digits@1", "digits-01_distill@1")
+    lin = win.lineage
+    assert (lin["spec_sha256"], lin["data_sha256"], lin["trial_id"], lin["sweep"]) == (
+        "ab" * 32, "cd" * 32, "t_00002", "nightly-3")
+    assert lin["params"] == {"training.lr": 0.01} and lin["search_val"] is None
+    assert lin["cv"] == {"metric": "accuracy", "scores": [0.9, 0.8], "mean": 0.85, "std": 0.07}
+    assert lin["parent"] is None and lin["compression"] == []
+    c = child.lineage
+    assert child.format == EXPORT and c["parent"] == "digits@1"
+    assert c["compression"] == ["teacher", "01_distill"] and c["test"] == {"accuracy": 0.94}
+    loaded, _ = reg.load("digits-01_distill")
+    x = torch.rand(3, 1, 8, 8)
+    assert torch.allclose(loaded(x), model(x))
+
+
+def test_publish_without_wandb_or_optional_stages(reg, tmp_path):
+    run_dir, summary, _ = fake_run(tmp_path, with_compression=False)
+    del summary["cv"], summary["winner"]
+    summary["best"]["checkpoint"] = str(run_dir / "best" / "model.pt")
+    exp = Experiment.model_validate({"name": "digits", "tracking": {"backend": "none"},
+                                     "registry": {"dir": str(reg.root), "name": "nightly"}})
+    out = publish(exp, run_dir, summary, None, Console(quiet=True))
+    assert out["registry"]["versions"] == ["nightly@1"]
+    assert out["tracking"] == {"backend": "none",
+                               "tensorboard": f"tensorboard --logdir {run_dir / 'tune'}"}
+    v = reg.get("nightly@1")
+    assert v.lineage["trial_id"] == "t_00001" and v.lineage["cv"] is None
+    assert v.tracking is None
+
+
+def test_registry_cli(reg, tmp_path):
+    checkpoint(tmp_path / "m.pt")
+    for _ in range(2):
+        reg.register("digits", {"model.pt": tmp_path / "m.pt"}, format=CHECKPOINT,
+                     lineage={"kind": "winner", "test": {"accuracy": 0.9}})
+    run = CliRunner().invoke
+    d = ["--dir", str(reg.root)]
+    res = run(app, ["registry", "promote", "digits@1", "--alias", "champion", *d])
+    assert res.exit_code == 0 and "digits@1 is now digits@champion" in res.output
+    res = run(app, ["registry", "list", *d])
+    assert res.exit_code == 0 and "champion->1" in res.output and "0.9000" in res.output
+    res = run(app, ["registry", "show", "digits@champion", *d])
+    assert res.exit_code == 0
+    shown = json.loads(res.output)
+    assert (shown["version"], shown["aliases"], shown["lineage"]["kind"]) == (
+        1, ["champion"], "winner")
+    for args in (["show", "digits@9"], ["promote", "nope@1"], ["show", "../x"]):
+        res = run(app, ["registry", *args, *d])
+        assert res.exit_code == 2 and res.output.count("\n") == 1, res.output

@@ -1,0 +1,216 @@
+"""Tracking after the main job: per-trial offline W&B runs (read back with W&B's own
+record schema and `wandb sync --dry-run`), TensorBoard event files, the registered
+winner with its lineage, the report, and key redaction. Nothing touches the network:
+W&B is offline and its base URL points at a closed local port."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from _logreaders import tfevents_scalars, wandb_runs
+from conftest import write_spec
+from rich.console import Console
+from typer.testing import CliRunner
+
+from automl._io import write_json
+from automl.cli import app
+from automl.pipeline import choose_run_dir, run_main_job
+from automl.registry import Registry
+from automl.spec import TrackingSpec, load_spec
+from automl.tracking import REDACTED, api_key_source, redact, redact_text, resolve_mode, run_id
+from automl.train import load_checkpoint
+
+FAKE_KEY = "f" * 12 + "0123456789abcdef0123456789ab"  # 40 characters, like a W&B key
+TINY = """
+name: tiny
+model:
+  family: resnet
+  resnet: {depth: 1, width: {type: categorical, choices: [8, 16]}, stages: 2}
+training:
+  lr: {type: float, low: 2e-3, high: 1e-2, log: true}
+  batch_size: 128
+  epochs: {type: int, low: 1, high: 2}
+search: {num_samples: 4, seed: 0, sampler: random}
+scheduler: {grace_period: 1, reduction_factor: 2, max_epochs: 2}
+selection: {top_k: 1, cv_folds: 2}
+tracking: {backend: wandb, mode: offline, tensorboard: true}
+"""
+
+
+# ------------------------------------------------------------------ units (no Ray)
+def test_mode_resolution(monkeypatch, tmp_path):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("")
+    monkeypatch.setenv("NETRC", str(netrc))
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    auto = TrackingSpec(mode="auto")
+    assert resolve_mode(TrackingSpec(backend="none")) == "disabled"
+    assert resolve_mode(auto) == "offline"  # no key anywhere
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    assert resolve_mode(auto) == "online"
+    assert resolve_mode(TrackingSpec(mode="offline")) == "offline"
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # the environment's brake wins
+    assert resolve_mode(TrackingSpec(mode="online")) == "disabled"
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert resolve_mode(TrackingSpec(mode="online")) == "offline"
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.delenv("WANDB_API_KEY")
+    netrc.write_text(f"machine api.wandb.ai\n  login user\n  password {FAKE_KEY}\n")
+    assert api_key_source() == str(netrc)
+    assert resolve_mode(auto) == "online"
+    # a key found in the key file is redacted from then on, though not in the environment
+    assert redact_text(f"key={FAKE_KEY}") == f"key={REDACTED}"
+
+
+def test_run_ids_are_deterministic_per_sweep_and_trial(tmp_path):
+    a = run_id("tiny", tmp_path / "tiny", "abc_00001")
+    assert a == run_id("tiny", tmp_path / "tiny", "abc_00001") and len(a) == 16
+    assert a != run_id("tiny", tmp_path / "tiny", "abc_00002")
+    assert a != run_id("tiny", tmp_path / "tiny-2", "abc_00001")
+
+
+def test_redaction_of_env_secrets_and_credential_patterns(monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----"
+    digest = "ab" * 32  # a sha256 must survive
+    obj = {"note": f"key {FAKE_KEY} and aws wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+           "id": "AKIAIOSFODNN7EXAMPLE", "gcp": {"private_key": pem, "project_id": "p1"},
+           "api_key": "short", "lr": 0.01, "sha256": digest, "steps": [1, 2]}
+    out = redact(obj)
+    assert out["note"] == f"key {REDACTED} and aws {REDACTED}"
+    assert out["id"] == REDACTED and out["api_key"] == REDACTED
+    assert out["gcp"] == {"private_key": REDACTED, "project_id": "p1"}
+    assert (out["lr"], out["sha256"], out["steps"]) == (0.01, digest, [1, 2])
+    text = json.dumps({"creds": {"private_key": "-----BEGIN RSA PRIVATE KEY-----\nx\n"
+                                                "-----END RSA PRIVATE KEY-----"}})
+    assert "PRIVATE KEY-----" not in redact_text(text)
+    write_json(tmp_path / "s.json", obj)  # every saved file goes through the redaction
+    saved = (tmp_path / "s.json").read_text()
+    assert FAKE_KEY not in saved and "AKIAIOSFODNN7EXAMPLE" not in saved
+    assert json.loads(saved)["sha256"] == digest
+
+
+# ------------------------------------------------------------------ after the main job
+@pytest.fixture(scope="module")
+def main_job(ray_cluster, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tracking")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_API_KEY", FAKE_KEY)  # present, yet must never be written anywhere
+        mp.setenv("WANDB_MODE", "offline")
+        mp.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # a closed port: no network
+        exp = load_spec(write_spec(tmp, TINY))
+        run_dir = choose_run_dir(exp, str(tmp / "runs"), None)
+        summary = run_main_job(exp, run_dir, console=Console(quiet=True))
+        yield exp, run_dir, summary, json.loads((run_dir / "trials.json").read_text())
+
+
+def test_one_offline_wandb_run_per_trial_with_its_epochs(main_job):
+    exp, run_dir, summary, trials = main_job
+    runs = wandb_runs(run_dir / "wandb")
+    expected = {run_id(run_dir.name, run_dir, t["trial_id"]): t for t in trials}
+    assert set(runs) == set(expected) and len(runs) == 4
+    for rid, parts in runs.items():
+        trial, first = expected[rid], parts[0]
+        assert (first["group"], first["project"], first["name"]) == (
+            run_dir.name, "tiny", trial["trial_id"])
+        assert first["config"]["params"] == trial["params"]
+        logged = [(h["epoch"], h["val_accuracy"]) for h in first["history"]]
+        assert logged == [(h["epoch"], pytest.approx(h["val_accuracy"]))
+                          for h in trial["history"]]
+        assert first["summary"]["end_state"] == trial["end_state"]
+    assert summary["tracking"]["sync"] == f"wandb sync {run_dir.resolve() / 'wandb'}"
+
+
+def test_winner_run_is_resumed_with_cv_table_and_model_artifact(main_job):
+    exp, run_dir, summary, trials = main_job
+    win = summary["winner"]["trial_id"]
+    parts = wandb_runs(run_dir / "wandb")[run_id(run_dir.name, run_dir, win)]
+    assert len(parts) == 2  # the trial's run, then the same id resumed for the results
+    final = parts[1]
+    assert final["summary"]["winner"] is True
+    assert final["summary"]["test/accuracy"] == pytest.approx(summary["test"]["accuracy"])
+    epochs = next(t["epochs_run"] for t in trials if t["trial_id"] == win)
+    (table_row,) = [h for h in final["history"] if "cv/folds/_type" in h]
+    assert table_row["_step"] == epochs + 1 and table_row["cv/folds/nrows"] == 2
+    (model,) = [a for a in final["artifacts"] if a["type"] == "model"]
+    assert model["name"] == "tiny" and {"best", run_dir.name} <= set(model["aliases"])
+
+
+def test_wandb_cli_recognises_every_offline_run(main_job):
+    exp, run_dir, summary, trials = main_job
+    folders = list((run_dir / "wandb").glob("offline-run-*"))
+    out = subprocess.run([str(Path(sys.executable).parent / "wandb"), "sync", "--dry-run",
+                          str(run_dir / "wandb")], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "WANDB_BASE_URL": "http://127.0.0.1:9"})
+    assert f"Would sync {len(folders)} run(s)" in out.stdout + out.stderr
+
+
+def test_tensorboard_events_per_trial(main_job):
+    exp, run_dir, summary, trials = main_job
+    for t in trials:
+        (events,) = (run_dir / "tune" / f"trial_{t['trial_id']}").glob("events.out.tfevents.*")
+        scalars = tfevents_scalars(events)["ray/tune/val_accuracy"]
+        assert scalars == [(h["epoch"], pytest.approx(h["val_accuracy"])) for h in t["history"]]
+
+
+def test_registry_holds_the_winner_with_lineage(main_job):
+    exp, run_dir, summary, trials = main_job
+    reg = Registry(run_dir.parent / "registry")
+    assert summary["registry"]["winner"] == "tiny@1"
+    v = reg.get("tiny")
+    lin = v.lineage
+    data = json.loads((run_dir / "data.json").read_text())
+    assert (lin["spec_sha256"], lin["data_sha256"]) == (summary["spec_sha256"], data["sha256"])
+    assert lin["trial_id"] == summary["winner"]["trial_id"] and lin["parent"] is None
+    cv = next(c for c in summary["cv"]["candidates"] if c["trial_id"] == lin["trial_id"])
+    assert lin["cv"]["scores"] == [f["scores"]["accuracy"] for f in cv["folds"]]
+    assert lin["test"]["accuracy"] == summary["test"]["accuracy"] and lin["registered_at"]
+    assert v.tracking["run_id"] == run_id(run_dir.name, run_dir, lin["trial_id"])
+    model, _ = reg.load("tiny@1")
+    ref, ckpt = load_checkpoint(run_dir / "best" / "model.pt")
+    assert ckpt["config"] == lin["config"]
+    x = torch.rand(5, 1, 8, 8)
+    assert torch.equal(model(x), ref(x))
+
+
+def test_promote_moves_champion_in_registry_and_wandb(main_job):
+    exp, run_dir, summary, trials = main_job
+    reg_dir = run_dir.parent / "registry"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_MODE", "offline")
+        mp.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+        res = CliRunner().invoke(app, ["registry", "promote", "tiny@1", "--alias", "champion",
+                                       "--dir", str(reg_dir)])
+    assert res.exit_code == 0, res.output
+    assert Registry(reg_dir).get("tiny@champion").version == 1
+    win = summary["winner"]["trial_id"]
+    last = wandb_runs(run_dir / "wandb")[run_id(run_dir.name, run_dir, win)][-1]
+    (art,) = [a for a in last["artifacts"] if a["type"] == "model"]
+    assert art["name"] == "tiny" and "champion" in art["aliases"]
+
+
+def test_report_of_the_main_job(main_job):
+    exp, run_dir, summary, trials = main_job
+    res = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert res.exit_code == 0, res.output
+    html = (run_dir / "report" / "index.html").read_text()
+    for name in ("optimization_history", "parallel_coordinates", "param_importances",
+                 "learning_curves", "cv_scores"):
+        assert f'src="{name}.png"' in html
+        assert (run_dir / "report" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+
+
+def test_api_key_is_written_nowhere(main_job):
+    exp, run_dir, summary, trials = main_job
+    leaks = [p for p in run_dir.parent.rglob("*")
+             if p.is_file() and FAKE_KEY.encode() in p.read_bytes()]
+    assert leaks == []
