@@ -22,7 +22,15 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 STAGE_NAMES = ("distill", "prune", "quantize")
 STUDENT_FAMILIES = ("resnet", "vgg", "mlp", "vit")
@@ -59,12 +67,17 @@ class StudentSpec(_Strict):
                                  f"(valid: family, {', '.join(valid)})")
         return self
 
+    @model_serializer(mode="wrap")
+    def _compact(self, handler) -> dict[str, Any]:  # unset parameters are not written out
+        return {k: v for k, v in handler(self).items() if v is not None}
+
     def arch(self) -> dict[str, Any]:
         """``{"family": ..., **set parameters}`` for ``automl.models.build_model``."""
         return self.model_dump(exclude_none=True)
 
 
 class _Stage(_Strict):
+    stage: str  # each subclass narrows it to its name (the union's discriminator)
     max_accuracy_drop: float = Field(0.01, ge=0, le=1, description=(
         "largest allowed fall in validation accuracy vs the teacher, as a fraction "
         "(0.01 = one point); a stage past it is rejected and the chain goes on from the "

@@ -1,5 +1,6 @@
 """Command line: ``automl search``, ``automl validate``, ``automl report``,
-``automl compress``, ``automl registry list|show|promote``.
+``automl compress``, ``automl registry list|show|promote``, and ``automl submit|status|stop``
+for sweeps run as Ray jobs (``automl._cli_jobs``).
 
 Every error this package raises on purpose becomes one line on stderr and a
 stable exit code: 0 success, 1 failed run, 2 bad input (spec, data, flags),
@@ -16,7 +17,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from automl.errors import EXIT_INTERRUPTED, AutoMLError
+from automl.errors import EXIT_INTERRUPTED, AutoMLError, SpecError
 
 app = typer.Typer(
     add_completion=False,
@@ -81,6 +82,14 @@ def search(
     metrics_port: Optional[int] = typer.Option(
         None, help="Prometheus metrics port of the local Ray node (default: a free port)"
     ),
+    resume: bool = typer.Option(
+        False, "--resume", help="continue the latest unfinished run of SPEC (or --name) "
+        "after a crash, with the spec recorded in its run directory"
+    ),
+    warm_start: Optional[str] = typer.Option(
+        None, help="start from a previous run: its directory or a registry NAME@ALIAS "
+        "(sets nightly.warm_start)"
+    ),
 ) -> None:
     """Run the sweep SPEC describes and write a run directory with summary.json."""
     from automl.runtime import is_loopback
@@ -93,14 +102,58 @@ def search(
                           style="yellow", highlight=False)
 
     overrides = {"search.num_samples": num_samples} if num_samples is not None else {}
+    if warm_start is not None:
+        overrides["nightly.warm_start"] = warm_start
     try:
         exp = load_spec(spec, overrides)
-        from automl.pipeline import choose_run_dir, run_main_job
+        if exp.nightly.warm_start and not resume:  # a wrong path fails before Ray starts
+            from automl.nightly import check_source
 
+            check_source(exp.nightly.warm_start)
+        from automl.pipeline import choose_run_dir, find_unfinished, run_main_job
+
+        if resume:
+            _resume(find_unfinished(exp, output, name), address, dashboard_host,
+                    dashboard_port, metrics_port)
+            return
         run_dir = choose_run_dir(exp, output, name)
         run_main_job(exp, run_dir, address=address, console=console,
                      dashboard_host=dashboard_host, dashboard_port=dashboard_port,
                      metrics_port=metrics_port)
+    except AutoMLError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _resume(run_dir: Path, address, dashboard_host="127.0.0.1", dashboard_port=8265,
+            metrics_port=None) -> None:
+    from automl.pipeline import run_main_job
+    from automl.spec import load_spec
+
+    if (run_dir / "summary.json").exists():
+        console.print(f"{run_dir} already finished (summary.json exists); nothing to resume")
+        return
+    exp = load_spec(run_dir / "spec.yaml")
+    console.print(f"resume {run_dir}")
+    run_main_job(exp, run_dir, address=address, console=console, dashboard_host=dashboard_host,
+                 dashboard_port=dashboard_port, metrics_port=metrics_port, resume=True)
+
+
+@app.command()
+def resume(
+    run_dir: Path = typer.Argument(..., help="run directory of a sweep whose driver died"),
+    address: Optional[str] = typer.Option(None, help="Ray cluster address"),
+    dashboard_port: int = typer.Option(8265, help="port of the local Ray dashboard (0: any)"),
+) -> None:
+    """Continue an unfinished run after a crash: finished trials are kept, unfinished
+    ones continue from their last checkpoint; a finished run is left as it is."""
+    try:
+        if not (run_dir / "spec.yaml").exists():
+            raise SpecError("not a run directory (no spec.yaml)", where=str(run_dir),
+                            fix="pass the folder `automl search` printed as its run dir")
+        _resume(run_dir, address, dashboard_port=dashboard_port)
     except AutoMLError as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -217,6 +270,11 @@ def compress(
     except KeyboardInterrupt:
         err_console.print("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+from automl._cli_jobs import register as _register_job_commands  # noqa: E402
+
+_register_job_commands(app, console, err_console, _fail)  # submit, status, stop
 
 
 def main() -> None:

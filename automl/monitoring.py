@@ -41,6 +41,7 @@ class SweepMetrics(Callback):
         self.running: set[str] = set()
         self.ended = {s: 0 for s in STATES[1:]}
         self.epochs = 0
+        self._synced = False
         self.best = math.nan
         self.t0: float | None = None
         self._stop = threading.Event()
@@ -68,10 +69,15 @@ class SweepMetrics(Callback):
             self._eps.set(self.epochs_per_second(), tags={"sweep": self.sweep})
 
     def _refresh(self) -> None:
+        """Re-publish until closed, or until the Ray instance it started under is gone
+        (a later ``ray.init`` in this process is another node: stale values stay out)."""
         import ray
 
-        while not self._stop.wait(self.refresh_s) and ray.is_initialized():
+        node = ray.get_runtime_context().get_node_id()
+        while not self._stop.wait(self.refresh_s):
             try:
+                if not ray.is_initialized() or ray.get_runtime_context().get_node_id() != node:
+                    return
                 self.publish()
             except Exception:  # Ray shutting down under us: stop refreshing
                 return
@@ -85,6 +91,22 @@ class SweepMetrics(Callback):
             return 0.0
         return self.epochs / max(self.clock() - self.t0, 1e-9)
 
+    def on_step_begin(self, iteration, trials, **info):
+        """Once, at the first step: count trials that ended before a resumed sweep restarted
+        (Tune sends no events for them); their epochs stay out of the throughput."""
+        if self._synced:
+            return
+        self._synced = True
+        for t in trials:
+            if t.status in ("TERMINATED", "ERROR"):
+                self.ended["failed" if t.status == "ERROR" else end_state(t, self.exp)] += 1
+                self._consider((t.last_result or {}).get(self.metric))
+
+    def _consider(self, value) -> None:
+        if value is not None and (math.isnan(self.best) or
+                                  (value > self.best if self.mode == "max" else value < self.best)):
+            self.best = float(value)
+
     def on_trial_start(self, iteration, trials, trial, **info):
         if self.t0 is None:
             self.t0 = self.clock()
@@ -97,10 +119,7 @@ class SweepMetrics(Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.epochs += 1
-        value = result.get(self.metric)
-        if value is not None and (math.isnan(self.best) or
-                                  (value > self.best if self.mode == "max" else value < self.best)):
-            self.best = float(value)
+        self._consider(result.get(self.metric))
         self.publish()
 
     def _end(self, trial, state: str) -> None:

@@ -41,15 +41,55 @@ def choose_run_dir(exp: Experiment, output: str | None, name: str | None) -> Pat
         while run_dir.exists() and any(run_dir.iterdir()):
             n += 1
             run_dir = root / f"{exp.name}-{n}"
+    # probe the nearest existing folder: nothing is created before the run really starts
+    probe_dir = root
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".automl-write-test-{os.getpid()}"
+        if not probe_dir.is_dir():
+            raise NotADirectoryError(20, "not a directory")
+        probe = probe_dir / f".automl-write-test-{os.getpid()}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:
         raise ResourceError(f"cannot write to the output folder: {e.strerror}", where=str(root),
                             fix="pass --output to a writable folder") from None
     return run_dir
+
+
+def check_same_data(run_dir: Path, data_info: dict) -> None:
+    """A resumed run must see the data it started with (same sha256).
+
+    Raises:
+        DataError: the data changed since the run started.
+    """
+    before = json.loads((run_dir / "data.json").read_text()) if (run_dir / "data.json").exists() else {}
+    if before.get("sha256") and before["sha256"] != data_info.get("sha256"):
+        raise DataError(
+            f"data changed since this run started (sha256 {before['sha256'][:12]} -> "
+            f"{data_info['sha256'][:12]})", where=str(run_dir / "data.json"),
+            fix="start a new run instead of resuming",
+        )
+
+
+def find_unfinished(exp: Experiment, output: str | None, name: str | None) -> Path:
+    """The run directory ``automl search SPEC --resume`` continues: ``<output>/<name>``, or
+    the most recent run of the spec's name (``name``, ``name-2``, ...) without a summary.
+
+    Raises:
+        SpecError: no such run directory.
+    """
+    root = Path(output or exp.output.dir)
+    if name is not None:
+        cands = [root / name]
+    else:
+        cands = [p for p in root.glob(f"{exp.name}*")
+                 if p.name == exp.name or p.name.removeprefix(exp.name + "-").isdigit()]
+    cands = [p for p in cands if (p / "spec.yaml").exists()]
+    if not cands:
+        raise SpecError(f"no run of '{name or exp.name}' to resume in {root}", where="--resume",
+                        fix="check --output/--name, or start a new run without --resume")
+    return max(cands, key=lambda p: p.stat().st_mtime)
 
 
 def check_storage(exp: Experiment, nodes: int) -> None:
@@ -82,9 +122,14 @@ def run_main_job(
     dashboard_host: str = "127.0.0.1",
     dashboard_port: int = 8265,
     metrics_port: int | None = None,
+    resume: bool = False,
 ) -> dict:
     """Load and clean data, run the search on Ray, cross-validate the top k, retrain the
     winner on all training rows (train + validation) and score it once on the test split.
+
+    With ``resume``, ``run_dir`` is an unfinished run (its driver was killed): the Tune
+    experiment is restored (finished trials kept, unfinished ones continue from their
+    last checkpoint, the Optuna study keeps its history) and the later stages run again.
 
     Returns:
         The summary dict also written to ``<run_dir>/summary.json``.
@@ -136,17 +181,25 @@ def run_main_job(
         # admission before anything is written: an impossible request leaves no run dir
         admission = admit_trials(exp.resources)
         check_storage(exp, admission.nodes)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_text(run_dir / "spec.yaml", yaml.safe_dump(exp.to_dict(), sort_keys=False))
-        write_json(run_dir / "data.json", data_info)
-        data = TrialData(X_tr, y_tr, X_val, y_val, tuple(X_tr.shape[1:]), dataset.num_classes)
+        if resume:
+            check_same_data(run_dir, data_info)
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_text(run_dir / "spec.yaml", yaml.safe_dump(exp.to_dict(), sort_keys=False))
+            write_json(run_dir / "data.json", data_info)
+        from automl import nightly as nightly_hooks  # warm start, transfer, champion
+
+        nightly = nightly_hooks.before_search(exp, run_dir, data_info, console, resume)
+        data = TrialData(X_tr, y_tr, X_val, y_val, tuple(X_tr.shape[1:]), dataset.num_classes,
+                         init=nightly.transfer)
         console.print(f"search {exp.search.num_samples} trials, sampler {exp.search.sampler}, "
                       f"scheduler {exp.scheduler.type}, {admission.max_concurrent} at a time, "
                       f"run dir {run_dir}")
         from automl.tracking._callbacks import sweep_callbacks
 
         target, callbacks = sweep_callbacks(exp, run_dir)
-        result = run_search(exp, data, run_dir, admission, console, callbacks=callbacks)
+        result = run_search(exp, data, run_dir, admission, console, callbacks=callbacks,
+                            resume=resume)
         write_json(run_dir / "trials.json", [t.to_dict() for t in result.trials])
         top = result.ranked[: exp.selection.top_k]
         leaderboard = [_row(t, result.metric) for t in top]
@@ -156,9 +209,14 @@ def run_main_job(
                            where=str(run_dir))
         print_leaderboard(console, leaderboard, result.metric)
         cv, final = _select(exp, dataset, splits, top, run_dir, console)
+        nightly_hooks.after_selection(exp, nightly, dataset, splits, cv, data_info, console)
     finally:
         runtime.shutdown(handle)
     winner = cv.winner_candidate
+    from automl.compress.job import compress_step  # the spec's chain, on the winner
+
+    compression = compress_step(exp, dataset, splits, run_dir, console=console,
+                                cv_accuracy=(winner.summary.get("accuracy") or {}).get("mean"))
     summary = {
         "name": exp.name,
         "run_dir": str(run_dir),
@@ -187,6 +245,7 @@ def run_main_job(
         },
         "cv": cv.to_dict(),
         "test": {**final["test"], "model": "CV winner retrained on train + validation rows"},
+        "compression": compression,
         "confusion_matrix": str(run_dir / "confusion_matrix.json"),
         "trials": result.counts(),
         "search": {k: v for k, v in result.to_dict().items() if k not in ("trials", "ranked")},
@@ -196,6 +255,7 @@ def run_main_job(
     from automl.publish import publish
 
     summary.update(publish(exp, run_dir, summary, target, console))
+    summary.update(nightly_hooks.after_publish(exp, nightly, summary, console))
     write_json(run_dir / "summary.json", summary)
     s = winner.summary[cv.metric]
     console.print(

@@ -79,7 +79,8 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
                        tracking=_tracking(target, chosen["trial_id"], name, ["best", sweep]))
     versions = [win]
     chain = compression(run_dir, summary)
-    for row in measured_models(chain)[1:] if chain else []:
+    accepted = [r for r in measured_models(chain) if r["status"] == "accepted"] if chain else []
+    for row in accepted:
         export = row.get("export") or {}
         files = [_locate(run_dir, export.get(k))
                  for k in ("state_dict_path", "config_path", "script_path")]
@@ -90,7 +91,8 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
         child = f"{name}-{export_name}"
         measurement = {k: row.get(k) for k in ("params", "nonzero_params", "macs",
                                                "size_bytes", "latency_ms_b1",
-                                               "latency_ms_b64", "accuracy", "agreement")}
+                                               "latency_ms_b64", "accuracy", "val_accuracy",
+                                               "agreement")}
         versions.append(reg.register(
             child, {f.name: f for f in files}, format=EXPORT,
             lineage={**base, "kind": "compressed", "trial_id": chosen["trial_id"],

@@ -112,11 +112,15 @@ def compression(run_dir: str | Path, summary: dict) -> dict[str, Any] | None:
 
 
 def measured_models(chain: dict) -> list[dict[str, Any]]:
-    """Teacher and accepted stages of a chain as rows ``{"name", "stage", "status",
-    "params", "nonzero_params", "macs", "size_bytes", "latency_ms_b1", "latency_ms_b64",
-    "accuracy", "export"}`` (export: the stage's file paths, None for the teacher row's
-    missing export)."""
+    """The measured models of a chain as rows ``{"name", "stage", "status", "params",
+    "nonzero_params", "macs", "size_bytes", "latency_ms_b1", "latency_ms_b64",
+    "accuracy" (test), "val_accuracy", "export"}``: the deployed winner when the chain
+    measured it (``status: winner``), the teacher (``status: teacher``), then each
+    accepted stage (``status: accepted``, export: its file paths)."""
     rows = []
+    if isinstance(chain.get("winner"), dict) and "params" in chain["winner"]:
+        rows.append({**chain["winner"], "stage": "winner", "status": "winner",
+                     "export": chain.get("winner_export")})
     teacher = chain.get("teacher")
     if isinstance(teacher, dict):
         rows.append({**teacher, "stage": "teacher", "status": "teacher",

@@ -18,6 +18,10 @@ os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 # Train V2's controller polls its workers at this interval and a report waits for the
 # poll: the default 2 s adds up to 2 s per epoch to every data-parallel trial.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+# Snapshot Tune's experiment state at every controller step (a few ms here) rather than
+# every few seconds: after a SIGKILL, resume then sees each trial as it last was, and a
+# trial that already ended is not trained again.
+os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,9 @@ def connect(
         return RayHandle(False, ctx.gcs_address, None)
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
+        from automl._raytoken import use_cluster_token
+
+        use_cluster_token()  # Ray 2.60 clusters require their token by default
         info = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
         return RayHandle(False, address, _dashboard(info))
     for port, what, flag in ((dashboard_port, "dashboard", "--dashboard-port"),

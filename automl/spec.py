@@ -39,6 +39,7 @@ from pydantic import (
 )
 
 from automl._compression_spec import STAGE_NAMES, STAGE_SPECS, CompressionSpec
+from automl._nightly_spec import NightlySpec
 from automl._yaml import load_yaml
 from automl.errors import SpecError
 
@@ -145,6 +146,8 @@ def _kind(value: Any) -> str:
 
 
 def _check_range(low: float, high: float, log: bool, step: float | None) -> None:
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError(f"low and high must be finite numbers (got low={low}, high={high})")
     if not low < high:
         raise ValueError(
             f"low must be < high (got low={low}, high={high}); "
@@ -223,6 +226,8 @@ def _check_numeric(param: Any, what: str, *, positive: bool = False, integer: bo
     for v in vals:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ValueError(f"{what} must be a number (got {v!r})")
+        if not math.isfinite(v):
+            raise ValueError(f"{what} must be a finite number (got {v!r})")
         if integer and not float(v).is_integer():
             raise ValueError(f"{what} must be an integer (got {v!r})")
         if positive and v <= 0:
@@ -403,6 +408,15 @@ class SGDSpace(_Strict):
     nesterov: Domain = False
 
 
+class GuardSpec(_Strict):
+    """Divergence guard: a trial whose loss is not finite, whose epoch loss exceeds
+    ``max_loss_ratio`` x its starting loss (first batch), or whose gradient norm exceeds
+    ``max_grad_norm`` is stopped and reported to the searcher as failed."""
+
+    max_loss_ratio: float | None = Field(10.0, gt=1)
+    max_grad_norm: float | None = Field(None, gt=0)
+
+
 class TrainingSpec(_Strict):
     """Optimisation hyperparameters of one trial; ``epochs`` is the fidelity ASHA cuts."""
 
@@ -415,6 +429,7 @@ class TrainingSpec(_Strict):
     lr_schedule: Literal["cosine", "constant"] = "cosine"
     label_smoothing: float = Field(0.0, ge=0, lt=1)
     sgd: SGDSpace = SGDSpace()
+    guard: GuardSpec = GuardSpec()
 
     @field_validator("optimizer")
     @classmethod
@@ -452,6 +467,7 @@ class SearchSpec(_Strict):
     metric: str = "val_accuracy"
     mode: Literal["max", "min"] | None = None
     n_startup_trials: int = Field(8, ge=0)
+    fail_fast: bool = False  # stop the sweep at the first failed trial (still resumable)
 
     @field_validator("metric")
     @classmethod
@@ -516,6 +532,9 @@ class ResourcesSpec(_Strict):
     workers_per_trial: int = Field(1, ge=1, le=1024)
     cpus_per_worker: float = Field(1.0, gt=0)
     gpus_per_worker: float = Field(0.0, ge=0)
+    # what one worker process needs in RAM (torch + data + model: ~0.5 GB for digits);
+    # admission bounds concurrency by memory as well as CPUs
+    memory_per_worker_mb: int = Field(768, ge=64)
     strategy: Literal["ddp", "fsdp"] = "ddp"
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     concurrent_trials: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = "auto"
@@ -608,9 +627,13 @@ class Experiment(_Strict):
     output: OutputSpec = OutputSpec()
     tracking: TrackingSpec = TrackingSpec()
     registry: RegistrySpec = RegistrySpec()
+    nightly: NightlySpec = NightlySpec()
 
     @model_validator(mode="after")
     def _cross(self) -> Experiment:
+        if self.nightly.uses_champion and not self.registry.enabled:
+            raise ValueError("nightly.promote: the champion lives in the model registry; "
+                             "set registry.enabled: true or remove nightly.promote/transfer")
         if self.data.is_image is False and not self.data.augment.is_identity():
             raise ValueError(
                 f"data.augment: image augmentation needs image data but data.source "

@@ -93,18 +93,51 @@ def batches(n: int, batch_size: int, seed: int, shard: Shard = Shard()) -> Itera
         yield perm[start : start + batch_size]
 
 
+class TrialDiverged(RuntimeError):
+    """Training diverged: non-finite loss, loss above ``max_loss_ratio`` times its first
+    epoch's, or a gradient norm above ``max_grad_norm``. The message reads
+    ``diverged at epoch 3: loss=nan``."""
+
+    def __init__(self, epoch: int, reason: str):
+        self.epoch, self.reason = epoch, reason
+        super().__init__(f"diverged at epoch {epoch}: {reason}")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Divergence guard thresholds (None switches a check off)."""
+
+    max_loss_ratio: float | None = 10.0
+    max_grad_norm: float | None = None
+
+
+@dataclass
+class EpochStats:
+    """Sums over one epoch's batches on this rank (reduced across ranks by :func:`fit`)."""
+
+    loss_sum: float = 0.0
+    count: int = 0
+    nonfinite: bool = False
+    grad_norm: float = 0.0  # largest total gradient norm seen (L2 over all parameters)
+    first_batch_loss: float = 0.0  # loss of the epoch's first batch, before its update
+
+
 def train_epoch(
     model: nn.Module, opt: torch.optim.Optimizer, sched, X: torch.Tensor, y: torch.Tensor,
     batch_size: int, seed: int, loss_fn: nn.Module, augment: nn.Module | None = None,
     shard: Shard = Shard(), scaler: torch.amp.GradScaler | None = None,
-) -> float:
-    """One pass over ``X`` ``(N, ...)`` / ``y`` ``(N,)``; returns the mean training loss.
+    guard: Guard = Guard(),
+) -> EpochStats:
+    """One pass over ``X`` ``(N, ...)`` / ``y`` ``(N,)``.
 
     ``augment`` (see :func:`automl.data.make_augment`) transforms each training batch
-    ``(B, C, H, W)`` before the forward pass; evaluation never sees it.
+    ``(B, C, H, W)`` before the forward pass; evaluation never sees it. A non-finite
+    loss ends the epoch at once in-process; in a data-parallel group every rank keeps
+    stepping in lock-step (no collective is skipped, so none hangs) and :func:`fit`
+    agrees on the outcome after the epoch.
     """
     model.train()
-    total, count = 0.0, 0
+    stats = EpochStats()
     amp = _autocast(shard)
     for idx in batches(len(y), batch_size, seed, shard):
         xb, yb = X[idx], y[idx]  # (B, ...), (B,)
@@ -116,15 +149,56 @@ def train_epoch(
         opt.zero_grad(set_to_none=True)
         if scaler is not None:  # fp16: scale the loss so small gradients survive
             scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+        else:
+            loss.backward()
+        if guard.max_grad_norm is not None:
+            norm = float(nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+            stats.grad_norm = max(stats.grad_norm, norm)
+        if scaler is not None:
             scaler.step(opt)
             scaler.update()
         else:
-            loss.backward()
             opt.step()
         sched.step()
-        total += float(loss.detach()) * len(yb)
-        count += len(yb)
-    return total / max(count, 1)
+        value = float(loss.detach())
+        if stats.count == 0:
+            stats.first_batch_loss = value
+        stats.loss_sum += value * len(yb)
+        stats.count += len(yb)
+        if not math.isfinite(value):
+            stats.nonfinite = True
+            if shard.world == 1:
+                break
+    return stats
+
+
+def _agree(stats: EpochStats, shard: Shard) -> EpochStats:
+    """Sum the epoch's statistics over all ranks, so every rank sees the same loss and
+    takes the same divergence decision (one small all-reduce per epoch)."""
+    if shard.world == 1:
+        return stats
+    import torch.distributed as dist
+
+    t = torch.tensor([stats.loss_sum, stats.count, float(stats.nonfinite),
+                      stats.first_batch_loss], dtype=torch.float64, device=shard.device)
+    dist.all_reduce(t)
+    g = torch.tensor([stats.grad_norm], dtype=torch.float64, device=shard.device)
+    dist.all_reduce(g, op=dist.ReduceOp.MAX)
+    return EpochStats(float(t[0]), int(t[1]), bool(t[2] > 0), float(g[0]),
+                      float(t[3]) / shard.world)
+
+
+def check_divergence(epoch: int, loss: float, first: float | None, stats: EpochStats,
+                     guard: Guard) -> None:
+    """Raise :class:`TrialDiverged` when the epoch's agreed statistics break the guard."""
+    if stats.nonfinite or not math.isfinite(loss):
+        raise TrialDiverged(epoch, f"loss={'nan' if loss != loss else loss}")
+    if guard.max_loss_ratio is not None and first and loss > guard.max_loss_ratio * first:
+        raise TrialDiverged(epoch, f"loss={loss:.4g} is more than {guard.max_loss_ratio:g}x "
+                                   f"its starting {first:.4g}")
+    if guard.max_grad_norm is not None and stats.grad_norm > guard.max_grad_norm:
+        raise TrialDiverged(epoch, f"gradient norm {stats.grad_norm:.4g} > {guard.max_grad_norm:g}")
 
 
 def _autocast(shard: Shard):
@@ -193,6 +267,7 @@ class TrainState:
     input_shape: tuple[int, ...]
     num_classes: int
     epoch: int = 0
+    first_loss: float | None = None  # loss of the very first batch (divergence guard)
 
     @classmethod
     def create(
@@ -218,6 +293,7 @@ class TrainState:
             "input_shape": list(self.input_shape),
             "num_classes": self.num_classes,
             "epoch": self.epoch,
+            "first_loss": self.first_loss,
             "metrics": dict(metrics or {}),
             "model": unwrap(self.model).state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -229,6 +305,7 @@ class TrainState:
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["schedule"])
         self.epoch = int(ckpt["epoch"])
+        self.first_loss = ckpt.get("first_loss")
 
 
 def fit(
@@ -238,6 +315,7 @@ def fit(
     on_epoch: Callable[[TrainState, dict[str, float]], None] | None = None,
     epochs: int | None = None,
     shard: Shard = Shard(),
+    guard: Guard = Guard(),
 ) -> dict[str, float]:
     """Train from ``state.epoch`` up to ``epochs`` (default ``state.cfg.epochs``).
 
@@ -253,6 +331,7 @@ def fit(
 
     Raises:
         ValueError: augmentation is asked for but ``train`` holds no images.
+        TrialDiverged: the ``guard`` tripped (agreed across ranks, so all raise together).
     """
     from automl.data import make_augment
 
@@ -263,10 +342,14 @@ def fit(
     metrics: dict[str, float] = {}
     for epoch in range(state.epoch, epochs or cfg.epochs):
         t0 = time.perf_counter()
-        train_loss = train_epoch(
+        stats = _agree(train_epoch(
             state.model, state.optimizer, state.schedule, *train, cfg.batch_size,
-            cfg.seed * 100_003 + epoch, loss_fn, augment, shard, scaler,
-        )
+            cfg.seed * 100_003 + epoch, loss_fn, augment, shard, scaler, guard,
+        ), shard)
+        train_loss = stats.loss_sum / max(stats.count, 1)
+        if state.first_loss is None:  # the untrained model's loss on its first batch
+            state.first_loss = stats.first_batch_loss
+        check_divergence(epoch + 1, train_loss, state.first_loss, stats, guard)
         metrics = {"epoch": epoch + 1, "train_loss": train_loss,
                    "train_time_s": time.perf_counter() - t0}
         if val is not None:

@@ -35,10 +35,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="results folder (default benchmarks/results, quick: "
                          "benchmarks/results/quick)")
     ap.add_argument("--seeds", type=int, default=None, help="search_quality: number of seeds")
+    ap.add_argument("--trials", type=int, default=None,
+                    help="orchestration, baselines, compression: trials of the digits search "
+                         "(default: 40 as in search_spaces/resnet.yaml; quick: 3)")
+    ap.add_argument("--run-dir", type=Path, default=None,
+                    help="baselines, compression: read this finished digits run directory "
+                         "instead of starting one")
     args = ap.parse_args(argv)
     out = args.out or (RESULTS / "quick" if args.quick else RESULTS)
     names = [n for n in ORDER if not args.only or n in args.only]
-    ctx: dict = {"seeds": args.seeds}
+    ctx: dict = {"seeds": args.seeds, "trials": args.trials}
+    if args.run_dir is not None:
+        if not (args.run_dir / "summary.json").exists():
+            ap.error(f"--run-dir {args.run_dir}: no summary.json there; pass a finished run")
+        ctx["automl_run"] = {"run_dir": str(args.run_dir)}
     failed = 0
     for name in names:
         started, info = time.time(), machine()

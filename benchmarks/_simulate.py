@@ -132,8 +132,11 @@ def run_tune_runtime(make_searcher: Callable, make_scheduler: Callable, objectiv
 
     class Budget(tune.Stopper):
         def __call__(self, trial_id, result):
-            log.append((index.setdefault(trial_id, len(index)), int(result["epoch"]),
-                        float(result[METRIC])))
+            trial, epoch = index.setdefault(trial_id, len(index)), int(result["epoch"])
+            # a function that returns makes Tune repeat its last result (done=True):
+            # no epoch was trained for it, so it costs no budget
+            if not any(t == trial and e == epoch for t, e, _ in log[-1:]):
+                log.append((trial, epoch, float(result[METRIC])))
             return len(log) >= budget
 
         def stop_all(self):

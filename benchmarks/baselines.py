@@ -11,7 +11,6 @@ same as the project's input.
 
 from __future__ import annotations
 
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -22,17 +21,6 @@ from benchmarks._common import SPEC, Goal, Result, Table
 
 NAME = "baselines"
 TITLE = "Model quality against classical baselines on the same folds (digits)"
-
-
-def _project_run(quick: bool, ctx: dict) -> dict:
-    if ctx.get("automl_run"):
-        return ctx["automl_run"]
-    from benchmarks.orchestration import run_tool
-
-    work = Path(tempfile.mkdtemp(prefix="bench-baselines-"))
-    ctx["automl_run"] = run_tool("automl", 3 if quick else 40, quick, work,
-                                 600 if quick else 1800)
-    return ctx["automl_run"]
 
 
 def _baselines(seed: int, quick: bool) -> dict:
@@ -84,9 +72,10 @@ def run(quick: bool, ctx: dict) -> Result:
     from automl.data import load_dataset, split_indices
     from automl.selection import make_folds
     from automl.spec import load_spec
+    from benchmarks.orchestration import project_run
 
     res = Result(NAME, TITLE)
-    run = _project_run(quick, ctx)
+    run = project_run(quick, ctx)
     summary = json.loads((Path(run["run_dir"]) / "summary.json").read_text())
     cv = summary.get("cv")
     if not cv:

@@ -25,7 +25,8 @@ from benchmarks.orchestration import run_tool
 
 NAME = "scaling"
 TITLE = "Scaling: trial slots and data-parallel workers on 2 cores"
-SMALL_CV = {"selection.top_k": 1, "selection.cv_folds": 2}
+#: after the sweep: the smallest cross-validation, no compression (they are not measured)
+SMALL_CV = {"selection.top_k": 1, "selection.cv_folds": 2, "compression.enabled": False}
 FIXED = {"model.resnet.depth": 1, "model.resnet.width": 16, "model.resnet.stages": 2,
          "training.batch_size": 64, "training.epochs": 4, "scheduler.type": "none",
          "scheduler.max_epochs": 4, "scheduler.grace_period": 1, **SMALL_CV}
@@ -56,25 +57,28 @@ def _ddp_landed() -> bool:
 def run(quick: bool, ctx: dict) -> Result:
     res = Result(NAME, TITLE)
     work = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
-    trials = 4 if quick else 24
-    timeout = 600 if quick else 1800
-    slots = {}
+    trials = 4 if quick else 10
+    timeout = 900 if quick else 2400
+    slots, rows = {}, []
     for c in (1, 2):
-        slots[c] = run_tool("automl", trials, quick, work, timeout, concurrency=c,
-                            overrides=SMALL_CV, tag=f"_slots{c}")
-    rows = []
-    for c, r in slots.items():
-        tpm = 60 * r["n_trials"] / r["sweep_wall_s"]
-        epm = 60 * r["epochs"] / r["sweep_wall_s"]
-        rows.append([c, r["n_trials"], r["epochs"], r["sweep_wall_s"], round(tpm, 2),
-                     round(epm, 1), r["efficiency"], r["best_val_accuracy"]])
-    speed = rows[1][4] / rows[0][4]
+        try:
+            slots[c] = r = run_tool("automl", trials, quick, work, timeout, concurrency=c,
+                                    overrides=SMALL_CV, tag=f"_slots{c}")
+        except RuntimeError as e:  # recorded; the other figures stand
+            res.notes.append(f"{c} slot(s) failed: {e}")
+            continue
+        rows.append([c, r["n_trials"], r["epochs"], r["sweep_wall_s"],
+                     round(60 * r["n_trials"] / r["sweep_wall_s"], 2),
+                     round(60 * r["epochs"] / r["sweep_wall_s"], 1), r["efficiency"],
+                     r["best_val_accuracy"]])
     res.tables.append(Table(f"Trial slots, {trials} trials of search_spaces/resnet.yaml",
                             ["slots", "trials", "epochs", "sweep wall s", "trials per minute",
                              "epochs per minute", "efficiency", "best val accuracy"], rows))
-    res.goals.append(Goal("trials per minute, 2 slots vs 1, >= 1.8x",
-                          f"{speed:.2f}x (epochs per minute {rows[1][5] / rows[0][5]:.2f}x)",
-                          speed >= 1.8))
+    if len(rows) == 2:
+        speed = rows[1][4] / rows[0][4]
+        res.goals.append(Goal("trials per minute, 2 slots vs 1, >= 1.8x",
+                              f"{speed:.2f}x (epochs per minute {rows[1][5] / rows[0][5]:.2f}x)",
+                              speed >= 1.8))
     res.settings = {"slots_trials": trials, "cpus_per_trial": 1, "cv": SMALL_CV,
                     "ddp_fixed": FIXED, "work_dir": str(work)}
     res.seeds = {"sampler": 0, "training": 0, "data split": 0}
@@ -84,7 +88,7 @@ def run(quick: bool, ctx: dict) -> Result:
                          "in automl.spec); no figures.")
         return res
     ddp_rows, ddp = [], {}
-    n = 3 if quick else 4
+    n = 3
     for workers, cpus in ((1, 1.0), (2, 0.5)):
         over = {**FIXED, "resources.workers_per_trial": workers,
                 "resources.cpus_per_worker": cpus}

@@ -100,9 +100,14 @@ def test_distill_student_is_smaller_and_reports_agreement(teacher, ctx):
     student = {"family": "resnet", "width": 4, "stages": 2}
     out = comp.DistillStage(student, epochs=12, lr=3e-3).run(teacher, ctx)
     assert _n_params(out.model) * 3 < _n_params(teacher)
-    assert 0.5 < out.info["agreement_with_stage_teacher"] <= 1.0
+    assert 0.5 < out.info["val_agreement_with_stage_teacher"] <= 1.0
     assert out.recipe["arch"]["width"] == 4
     assert _same_state(teacher, before)
+
+
+def test_distill_skips_a_student_that_is_not_smaller(teacher, ctx):
+    out = comp.DistillStage({"family": "resnet", "width": 16, "stages": 2}).run(teacher, ctx)
+    assert out.model is None and "not fewer than the teacher" in out.skipped
 
 
 def test_structured_prune_removes_channels_without_touching_input(teacher, ctx):
@@ -221,8 +226,11 @@ def chain(teacher, splits, tmp_path_factory):
 def test_guard_rejects_chain_continues_and_measures(chain, teacher):
     res, ctx = chain
     rejected, pruned, quant, skipped = res.stages
-    assert rejected.status == "rejected" and "accuracy drop" in rejected.reason
-    assert rejected.measurement is None and rejected.accuracy_drop > 0
+    assert rejected.status == "rejected" and "validation accuracy drop" in rejected.reason
+    assert rejected.measurement is None and rejected.val_accuracy_drop > 0
+    assert rejected.accuracy is None and rejected.accuracy_drop is None  # test never read
+    assert pruned.val_accuracy == pytest.approx(pruned.measurement.val_accuracy)
+    assert pruned.accuracy_drop == pytest.approx(res.teacher.accuracy - pruned.accuracy)
     assert pruned.status == "accepted", pruned.reason
     assert pruned.info["params_before"] == _n_params(teacher)  # went on from the teacher
     assert quant.status == "accepted", quant.reason
@@ -246,3 +254,54 @@ def test_chain_models_reload_from_state_dict_and_recipe(chain):
         ref = comp.predict(scripted, ctx.X_test)
         assert torch.allclose(comp.predict(rebuilt, ctx.X_test), ref, atol=1e-4)
         assert _acc(rebuilt, ctx) == pytest.approx(rec.measurement.accuracy)
+
+
+def _corrupt_val(ctx):
+    """A copy of ``ctx`` whose validation labels are all wrong, so the teacher scores ~0 there."""
+    bad = copy.copy(ctx)
+    bad.y_val = (ctx.y_val + 1) % 10
+    return bad
+
+
+def test_guard_decides_on_validation_rows_not_test(teacher, splits, tmp_path):
+    spec = [{"stage": "prune", "pruning_ratio": 0.85, "max_accuracy_drop": 0.0}]
+    honest = comp.run_chain(teacher, spec, _ctx(splits, tmp_path / "a", teacher_arch=TEACHER))
+    assert honest.stages[0].status == "rejected"  # a destructive prune, seen on validation
+    # the same stage with validation labels that make the teacher look worthless: the guard
+    # sees no drop there and accepts, although the test accuracy collapses
+    ctx = _corrupt_val(_ctx(splits, tmp_path / "b", teacher_arch=TEACHER))
+    fooled = comp.run_chain(teacher, spec, ctx)
+    rec = fooled.stages[0]
+    assert fooled.teacher.val_accuracy < 0.05
+    assert rec.status == "accepted" and rec.val_accuracy_drop <= 0
+    assert rec.accuracy < fooled.teacher.accuracy - 0.2  # measured on test, decided nothing
+
+
+def test_chain_refuses_a_context_without_validation_rows(teacher, splits, tmp_path):
+    (X_tr, y_tr), (X_va, y_va), test = splits
+    ctx = comp.make_context((X_tr, y_tr), (X_va[:0], y_va[:0]), test, tmp_path)
+    with pytest.raises(ValueError, match="validation rows"):
+        comp.run_chain(teacher, [{"stage": "quantize"}], ctx)
+
+
+def test_prune_fine_tunes_with_distillation_from_the_unpruned_model(teacher, ctx):
+    seen, ctx2 = [], copy.copy(ctx)
+
+    def fine_tune(model, epochs, lr, loss_fn=None):
+        seen.append(loss_fn)
+        return model
+
+    ctx2.fine_tune = fine_tune
+    stage = comp.PruneStage("structured", pruning_ratio=0.3, fine_tune_epochs=1,
+                            distill_alpha=1.0, distill_temperature=2.0)
+    out = stage.run(teacher, ctx2)
+    assert len(seen) == 1 and seen[0] is not None
+    assert out.info["fine_tune_loss"].startswith("distillation")
+    idx = torch.arange(16)
+    soft = comp.predict(teacher, ctx.X_train[idx])  # alpha 1: only the KL to these logits
+    assert float(seen[0](soft, ctx.y_train[idx], idx)) == pytest.approx(0.0, abs=1e-5)
+    assert float(seen[0](-soft, ctx.y_train[idx], idx)) > 0.1
+    plain = comp.PruneStage("structured", pruning_ratio=0.3, fine_tune_epochs=1)
+    seen.clear()
+    plain.run(teacher, ctx2)
+    assert seen == [None]

@@ -57,13 +57,17 @@ def test_shards_are_disjoint_equal_and_cover_the_data():
 def test_ddp_admission_counts_driver_and_every_worker():
     res = ResourcesSpec(workers_per_trial=2, cpus_per_worker=1)
     # FIELD-NOTES deadlock: 2 trials x 2 workers on 4 CPUs; only one trial fits with its driver
-    assert admit_trials(res, nodes=[{"CPU": 4.0}]).max_concurrent == 1
-    assert admit_trials(res, nodes=[{"CPU": 8.0}]).max_concurrent == 3
-    with pytest.raises(ResourceError, match=r"needs CPU=6\.01 in all.*largest node has CPU=4"):
-        admit_trials(ResourcesSpec(workers_per_trial=3, cpus_per_worker=2), nodes=[{"CPU": 4.0}])
+    gib = 2.0**30
+    assert admit_trials(res, nodes=[{"CPU": 4.0, "memory": 8 * gib}]).max_concurrent == 1
+    assert admit_trials(res, nodes=[{"CPU": 8.0, "memory": 8 * gib}]).max_concurrent == 3
+    # memory bounds concurrency too: 2.5 GiB holds one trial of 2 workers x 768 MiB, not two
+    assert admit_trials(res, nodes=[{"CPU": 8.0, "memory": 2.5 * gib}]).max_concurrent == 1
+    with pytest.raises(ResourceError, match=r"needs CPU=6\.01, memory=2304MiB in all.*largest node has CPU=4"):
+        admit_trials(ResourcesSpec(workers_per_trial=3, cpus_per_worker=2),
+                     nodes=[{"CPU": 4.0, "memory": 8 * gib}])
     with pytest.raises(ResourceError, match=r"GPU=2.*cluster CPU=16, GPU=0"):
         admit_trials(ResourcesSpec(workers_per_trial=2, gpus_per_worker=1),
-                     nodes=[{"CPU": 16.0}])
+                     nodes=[{"CPU": 16.0, "memory": 8 * gib}])
 
 
 @pytest.mark.parametrize(("kw", "pattern"), [
@@ -162,7 +166,7 @@ def test_infeasible_ddp_request_fails_within_seconds(ray4, tmp_path):
     exp = load_spec(write_spec(tmp_path, DDP.replace("TRIALS", "2").replace("EPOCHS", "2")),
                     {"resources.workers_per_trial": 3, "resources.cpus_per_worker": 2})
     t0 = time.monotonic()
-    with pytest.raises(ResourceError, match=r"a trial needs CPU=6\.01 in all"):
+    with pytest.raises(ResourceError, match=r"a trial needs CPU=6\.01, memory=2304MiB in all"):
         run_main_job(exp, tmp_path / "run", console=Console(quiet=True))
     assert time.monotonic() - t0 < 10
     assert not (tmp_path / "run").exists()

@@ -126,12 +126,13 @@ def test_custom_metrics_match_the_sweep(cluster, sweep):
 
 
 class FakeTrial:
-    def __init__(self, tid: str, epochs: int, target: int):
-        self.trial_id = tid
+    def __init__(self, tid: str, epochs: int, target: int, status: str = "RUNNING",
+                 acc: float | None = None):
+        self.trial_id, self.status = tid, status
         self.config = {"model.family": "resnet", "training.optimizer": "adam",
                        "training.lr": 0.01, "training.batch_size": 64, "training.epochs": target,
                        "training.weight_decay": 0.0, "training.init": "default"}
-        self.last_result = {"epoch": epochs}
+        self.last_result = {"epoch": epochs, "val_accuracy": acc}
 
 
 def test_counts_and_rates_follow_trial_events(cluster, tmp_path):
@@ -159,3 +160,14 @@ def test_exposing_the_dashboard_warns(tmp_path):
     assert "reachable from the network" in res.output and res.exit_code == 2
     quiet = CliRunner().invoke(app, ["search", str(tmp_path / "missing.yaml")])
     assert "warning" not in quiet.output and quiet.exit_code == 2
+
+
+def test_a_resumed_sweep_counts_trials_that_ended_before(cluster, tmp_path):
+    exp = load_spec(write_spec(tmp_path, TINY))
+    m = SweepMetrics("resumed", exp, refresh_s=0)
+    before = [FakeTrial("a", 2, 2, "TERMINATED", 0.9), FakeTrial("b", 1, 2, "TERMINATED", 0.6),
+              FakeTrial("c", 1, 2, "ERROR", 0.95), FakeTrial("d", 0, 2, "PENDING")]
+    for _ in range(2):  # only the first step counts them
+        m.on_step_begin(0, before)
+    assert m.ended == {"completed": 1, "stopped_early": 1, "failed": 1}
+    assert (m.best, m.epochs, m.running) == (0.95, 0, set())

@@ -89,7 +89,8 @@ def test_full_report_has_every_figure_and_table(tmp_path):
         assert f'<img src="{name}.png"' in html
     assert "<script" not in html and "http://" not in html and "https://" not in html
     assert "<h2>Cross-validation</h2>" in html and "0.9200" in html  # t2's mean
-    assert "<h2>Compression</h2>" in html and "1 prune" in html
+    assert "<h2>Compression</h2>" in html and "<td>01_prune</td><td>accepted</td>" in html
+    assert "<td>2 quantize</td><td>rejected</td>" in html
     assert "accuracy drop 0.0500 &gt; max 0.0100" in html
     assert f"optuna-dashboard sqlite:///{(run_dir / 'study.db').resolve()}" in html
 

@@ -119,7 +119,7 @@ def test_study_persists_in_sqlite_and_spec_round_trips(sweep):
 def test_infeasible_trial_fails_fast_with_need_and_have(ray_cluster, tmp_path):
     exp = load_spec(write_spec(tmp_path, TINY + "\n"), {"resources.cpus_per_worker": 8})
     t0 = time.monotonic()
-    with pytest.raises(ResourceError, match=r"needs CPU=8 on one node, but the largest node has CPU=2"):
+    with pytest.raises(ResourceError, match=r"needs CPU=8, memory=768MiB on one node, but the largest node has CPU=2"):
         run_main_job(exp, tmp_path / "run", console=Console(quiet=True))
     assert time.monotonic() - t0 < 10
     assert not (tmp_path / "run").exists()

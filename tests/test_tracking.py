@@ -40,6 +40,9 @@ search: {num_samples: 4, seed: 0, sampler: random}
 scheduler: {grace_period: 1, reduction_factor: 2, max_epochs: 2}
 selection: {top_k: 1, cv_folds: 2}
 tracking: {backend: wandb, mode: offline, tensorboard: true}
+compression:
+  stages: [{stage: quantize, method: dynamic, max_accuracy_drop: 1.0}]
+  latency_repeats: 3
 """
 
 
@@ -140,8 +143,12 @@ def test_winner_run_is_resumed_with_cv_table_and_model_artifact(main_job):
     epochs = next(t["epochs_run"] for t in trials if t["trial_id"] == win)
     (table_row,) = [h for h in final["history"] if "cv/folds/_type" in h]
     assert table_row["_step"] == epochs + 1 and table_row["cv/folds/nrows"] == 2
-    (model,) = [a for a in final["artifacts"] if a["type"] == "model"]
-    assert model["name"] == "tiny" and {"best", run_dir.name} <= set(model["aliases"])
+    models = {a["name"]: a["aliases"] for a in final["artifacts"] if a["type"] == "model"}
+    assert set(models) == {"tiny", "tiny-01_quantize"}
+    assert {"best", run_dir.name} <= set(models["tiny"])
+    assert run_dir.name in models["tiny-01_quantize"] and "best" not in models["tiny-01_quantize"]
+    (stages,) = [h for h in final["history"] if "compression/stages/_type" in h]
+    assert stages["_step"] == epochs + 1 and stages["compression/stages/nrows"] == 1
 
 
 def test_wandb_cli_recognises_every_offline_run(main_job):
@@ -181,6 +188,22 @@ def test_registry_holds_the_winner_with_lineage(main_job):
     assert torch.equal(model(x), ref(x))
 
 
+def test_registry_holds_the_compressed_model_with_its_parent(main_job):
+    from automl.compress import load_model
+
+    exp, run_dir, summary, trials = main_job
+    assert summary["registry"]["versions"] == ["tiny@1", "tiny-01_quantize@1"]
+    v = Registry(run_dir.parent / "registry").get("tiny-01_quantize")
+    assert (v.lineage["parent"], v.lineage["kind"]) == ("tiny@1", "compressed")
+    assert v.lineage["compression"][-1] == "01_quantize"
+    assert v.lineage["spec_sha256"] == summary["spec_sha256"]
+    (stage,) = summary["compression"]["stages"]
+    assert v.lineage["test"]["accuracy"] == stage["accuracy"]
+    model, _ = Registry(run_dir.parent / "registry").load("tiny-01_quantize@1")
+    x = torch.rand(5, 1, 8, 8)
+    assert torch.equal(model(x), load_model(run_dir / "compression", "01_quantize")(x))
+
+
 def test_promote_moves_champion_in_registry_and_wandb(main_job):
     exp, run_dir, summary, trials = main_job
     reg_dir = run_dir.parent / "registry"
@@ -203,7 +226,7 @@ def test_report_of_the_main_job(main_job):
     assert res.exit_code == 0, res.output
     html = (run_dir / "report" / "index.html").read_text()
     for name in ("optimization_history", "parallel_coordinates", "param_importances",
-                 "learning_curves", "cv_scores"):
+                 "learning_curves", "cv_scores", "compression_tradeoff"):
         assert f'src="{name}.png"' in html
         assert (run_dir / "report" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<script" not in html and "http://" not in html and "https://" not in html

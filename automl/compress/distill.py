@@ -2,7 +2,8 @@
 Neural Network", arXiv:1503.02531).
 
 The incoming model is the teacher; the student is built from the spec's ``student`` arch
-(``ctx.build``) and trained from scratch on the train split with
+(``ctx.build``) and, when it has fewer parameters than the teacher (else the stage is
+skipped), trained from scratch on the train split with
 
     loss = alpha * T**2 * KL(softmax(teacher / T) || softmax(student / T))
            + (1 - alpha) * CE(student, y)
@@ -66,6 +67,11 @@ class DistillStage:
                 raise ValueError(f"student: {err}") from None
         else:
             student = copy.deepcopy(self.student)
+        n_t = sum(p.numel() for p in teacher.parameters())
+        n_s = sum(p.numel() for p in student.parameters())
+        if n_s >= n_t:
+            return StageOutput(skipped=f"the student has {n_s:,} parameters, not fewer than "
+                                       f"the teacher's {n_t:,}; declare a smaller student")
         teacher_train = predict(teacher, ctx.X_train).detach()
 
         def loss_fn(logits: Tensor, yb: Tensor, idx: Tensor) -> Tensor:
@@ -76,8 +82,6 @@ class DistillStage:
               batch_size=ctx.batch_size, seed=ctx.seed, loss_fn=loss_fn)
         t_val = predict(teacher, ctx.X_val).argmax(1)  # validation rows: the test split
         s_val = predict(student, ctx.X_val).argmax(1)  # is kept for the final measurement
-        n_t = sum(p.numel() for p in teacher.parameters())
-        n_s = sum(p.numel() for p in student.parameters())
         info = {"teacher_params": n_t, "student_params": n_s,
                 "param_reduction": n_t / n_s if n_s else float("inf"),
                 "val_agreement_with_stage_teacher": float((t_val == s_val).float().mean())

@@ -59,7 +59,8 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
         ``role``, ``params``, ``nonzero_params``, ``macs``, ``size_bytes``,
         ``latency_ms_b1``, ``latency_ms_b64`` (ms, p50), ``val_accuracy``,
         ``test_accuracy``, ``cv_accuracy``, ``agreement`` with ``00_teacher`` on the test
-        split), ``out_dir`` and ``wall_time_s``. Also written to ``compression/chain.json``.
+        split), ``out_dir``, ``timing_s`` (teacher retrain, chain) and ``wall_time_s``
+        (seconds). Also written to ``compression/chain.json``.
 
     Raises:
         ValueError: ``exp.compression`` lists no stage.
@@ -84,6 +85,7 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
         fit = fit_and_score(dataset, ckpt["config"], splits.train, splits.val,
                             impute=exp.data.impute, cpus=threads, keep_model=True)
         teacher = _rebuild(cfg.arch, fit["checkpoint"])
+        timing = {"teacher_retrain_s": round(time.perf_counter() - t0, 2)}
         sets = fit_transform(dataset, splits.train, splits.val, splits.test,
                              impute=exp.data.impute)
         kw = {"seed": comp.seed, "batch_size": comp.batch_size, "lr": comp.lr,
@@ -95,6 +97,7 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
         try:
             ctx = make_context(*sets, out, **kw)
             chain = run_chain(teacher, comp.chain(), ctx)
+            timing["chain_s"] = round(time.perf_counter() - t0 - sum(timing.values()), 2)
             # the deployed winner, preprocessed as it was trained (fitted on train + val)
             _, val_w, test_w = fit_transform(dataset, splits.pool, splits.val, splits.test,
                                              impute=exp.data.impute)
@@ -105,24 +108,41 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
                 "pruned": None, "quantized": None, "lineage": ["winner"]}, wctx.X_test)
             w_meas = measure(winner, wctx, "winner", predict(teacher, ctx.X_test).argmax(1),
                              size_bytes=w_export.size_bytes, script_bytes=w_export.script_bytes)
-        except BaseException:
+        except BaseException:  # leave no partial chain.json for readers of the run dir
+            shutil.rmtree(out, ignore_errors=True)
             if old.exists():
-                shutil.rmtree(out, ignore_errors=True)
                 os.replace(old, out)
             raise
         shutil.rmtree(old, ignore_errors=True)
     finally:
         torch.set_num_threads(threads)
-    section = {**chain.to_dict(), "winner": w_meas.to_dict(), "winner_export": w_export.to_dict(),
-               "teacher_source": TEACHER_SOURCE,
+    section = {"status": "completed", **chain.to_dict(), "winner": w_meas.to_dict(),
+               "winner_export": w_export.to_dict(), "teacher_source": TEACHER_SOURCE,
                "guard": {"split": "validation", "rows": len(splits.val),
                          "teacher_val_accuracy": chain.teacher.val_accuracy,
                          "winner_val_accuracy_seen_in_training": w_meas.val_accuracy},
                "table": table_rows(chain, w_meas, cv_accuracy),
-               "out_dir": str(out), "wall_time_s": round(time.perf_counter() - t0, 2)}
+               "out_dir": str(out), "timing_s": timing,
+               "wall_time_s": round(time.perf_counter() - t0, 2)}
     write_json(out / "chain.json", section)
     print_compression(console, section)
     return section
+
+
+def compress_step(exp, dataset, splits, run_dir: str | Path, *, cv_accuracy: float | None,
+                  console: Console) -> dict[str, Any] | None:
+    """The main job's compression stage: ``compress_winner`` when ``exp.compression`` is
+    enabled, else None. An unexpected error is reported and returned as ``{"status":
+    "failed", "error"}`` instead of raised: the search and selection results stand."""
+    if not exp.compression.enabled:
+        return None
+    try:
+        return compress_winner(exp, dataset, splits, run_dir, cv_accuracy=cv_accuracy,
+                               console=console)
+    except Exception as e:  # stage errors are recorded in the chain; this is anything else
+        error = f"{type(e).__name__}: {str(e)[:300]}"
+        console.print(f"warning: compression failed: {error}", style="yellow", highlight=False)
+        return {"status": "failed", "error": error}
 
 
 def _rebuild(arch: dict, checkpoint: dict) -> torch.nn.Module:
@@ -216,8 +236,8 @@ def compress_run(run_dir: str | Path, spec: str | Path | None = None,
         chain = load_spec(spec).compression.model_dump(mode="json")
         exp, where = load_spec(run_dir / "spec.yaml", {"compression": chain}), str(spec)
     if not exp.compression.enabled:
-        raise SpecError("compression.stages: no compression stage to run", where=where,
-                        fix="pass --spec with a compression section")
+        raise SpecError("compression.stages: compression is disabled or lists no stage",
+                        where=where, fix="pass --spec with a compression section")
     summary = json.loads((run_dir / "summary.json").read_text())
     dataset = load_dataset(exp.data)
     recorded = (summary.get("data") or {}).get("sha256")

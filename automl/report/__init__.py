@@ -128,18 +128,26 @@ def _leaderboard(s: dict, metric: str) -> str:
 
 
 def _compression(chain: dict) -> str:
-    teacher = chain.get("teacher") or {}
-    rows = [["teacher", "-", teacher.get("accuracy"), 0.0, teacher.get("params"),
-             teacher.get("nonzero_params"), teacher.get("macs"), teacher.get("size_bytes"),
-             teacher.get("latency_ms_b1"), ""]]
+    """One row per measured model (deployed winner, teacher, accepted stages), then the
+    stages that were not accepted with the reason; the guard decides on validation rows."""
+    cols = ["model", "status", "val accuracy", "val drop", "test accuracy", "params",
+            "non-zero", "MACs", "file bytes", "latency b1 (ms)", "reason"]
+    drops = {f"{s.get('index', 0):02d}_{s.get('stage')}": s for s in chain.get("stages", [])}
+    rows = []
+    for m in measured_models(chain):
+        st = drops.get(m.get("name"), {})
+        rows.append([m.get("name", m["stage"]), m["status"], m.get("val_accuracy"),
+                     st.get("val_accuracy_drop", st.get("accuracy_drop")), m.get("accuracy"),
+                     m.get("params"), m.get("nonzero_params"), m.get("macs"),
+                     m.get("size_bytes"), m.get("latency_ms_b1"), ""])
     for st in chain.get("stages", []):
-        m = st.get("measurement") or {}
-        rows.append([f"{st.get('index')} {st.get('stage')}", st.get("status"), st.get("accuracy"),
-                     st.get("accuracy_drop"), m.get("params"), m.get("nonzero_params"),
-                     m.get("macs"), m.get("size_bytes"), m.get("latency_ms_b1"),
-                     st.get("reason") or ""])
-    return table(["model", "status", "test accuracy", "drop", "params", "non-zero", "MACs",
-                  "file bytes", "latency b1 (ms)", "reason"], rows)
+        if st.get("status") != "accepted":
+            rows.append([f"{st.get('index')} {st.get('stage')}", st.get("status"),
+                         st.get("val_accuracy"),
+                         st.get("val_accuracy_drop", st.get("accuracy_drop")),
+                         st.get("accuracy"), None, None, None, None, None,
+                         st.get("reason") or ""])
+    return table(cols, rows)
 
 
 def _where(run_dir: Path, s: dict) -> str:

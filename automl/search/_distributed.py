@@ -43,6 +43,11 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
         cfg, data.input_shape, data.num_classes, len(train[1]),
         wrap=lambda m: ray.train.torch.prepare_model(m, parallel_strategy=exp.resources.strategy),
     )
+    if getattr(data, "init", None) is not None:  # nightly.transfer, same weights on every rank
+        from automl.nightly import init_from_champion
+        from automl.train import unwrap
+
+        init_from_champion(unwrap(state.model), cfg.arch, data.init)
     resume = ray.train.get_checkpoint()
     if resume is not None:
         with resume.as_directory() as d:
@@ -66,7 +71,9 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
     resume_epoch = state.epoch
-    fit(state, train, val, on_epoch=report, shard=shard)
+    from automl.search._trainable import guard_of
+
+    fit(state, train, val, on_epoch=report, shard=shard, guard=guard_of(exp))
 
 
 def run_distributed_trial(params: dict, data_holder: Any, exp: Experiment, storage: str) -> None:
@@ -82,9 +89,9 @@ def run_distributed_trial(params: dict, data_holder: Any, exp: Experiment, stora
     from ray.tune.integration.ray_train import TuneReportCallback
 
     res = exp.resources
-    worker = {"CPU": res.cpus_per_worker}
-    if res.gpus_per_worker:
-        worker["GPU"] = res.gpus_per_worker
+    from automl.search._resources import trial_bundles
+
+    worker = trial_bundles(res)[1]  # CPU, memory (and GPU) of one worker
     trial_id = tune.get_context().get_trial_id()
     trainer = TorchTrainer(
         train_loop_per_worker=worker_loop,

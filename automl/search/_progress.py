@@ -14,19 +14,48 @@ from rich.live import Live
 from rich.text import Text
 
 
+def _end_line(path: Path) -> None:
+    """Terminate a torn last line (driver killed mid-write) before appending."""
+    p = Path(path)
+    if p.exists() and p.stat().st_size:
+        with open(p, "rb+") as f:
+            f.seek(-1, 2)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+
+
+def load_history(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Per-trial epoch rows from ``trials.jsonl``; an epoch reported twice (a trial that
+    resumed from a checkpoint after a crash) keeps its last report. A torn last line
+    (the driver killed mid-write) is skipped."""
+    rows: dict[str, dict[int, dict[str, Any]]] = {}
+    if Path(path).exists():
+        for line in Path(path).read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            trial = rec.pop("trial_id")
+            rec.pop("time", None)
+            rows.setdefault(trial, {})[int(rec["epoch"])] = rec
+    return {t: [r[e] for e in sorted(r)] for t, r in rows.items()}
+
+
 class SweepProgress(Callback):
     """Appends each report to ``<run_dir>/trials.jsonl`` and shows a status line
     (trials running / done / stopped / failed, best so far, elapsed)."""
 
-    def __init__(self, run_dir: Path, metric: str, mode: str, total: int, console: Console):
+    def __init__(self, run_dir: Path, metric: str, mode: str, total: int, console: Console,
+                 resume: bool = False):
         self.path = Path(run_dir) / "trials.jsonl"
         self.metric, self.mode, self.total = metric, mode, total
         self.console = console
-        self.history: dict[str, list[dict[str, Any]]] = {}
+        self.history: dict[str, list[dict[str, Any]]] = load_history(self.path) if resume else {}
         self.running: set[str] = set()
         self.ended = {"completed": 0, "stopped_early": 0, "failed": 0}
         self.best = -math.inf if mode == "max" else math.inf
         self.t0 = time.monotonic()
+        _end_line(self.path)
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - closed in close()
         self._live = Live(self._status(), console=console, transient=True,
                           refresh_per_second=4) if console.is_terminal else None
@@ -55,7 +84,10 @@ class SweepProgress(Callback):
         row = {k: result[k] for k in ("epoch", "train_loss", "val_loss", "val_accuracy",
                                       "val_f1", "train_time_s", "setup_s", "checkpoint_path",
                                       "restored_from_epoch", "world_size", "worker_nodes") if k in result}
-        self.history.setdefault(trial.trial_id, []).append(row)
+        rows = self.history.setdefault(trial.trial_id, [])
+        while rows and rows[-1]["epoch"] >= row["epoch"]:  # resumed: drop the re-run epochs
+            rows.pop()
+        rows.append(row)
         self._file.write(json.dumps({"trial_id": trial.trial_id, "time": time.time(), **row}) + "\n")
         value = result.get(self.metric)
         if value is not None and (value > self.best if self.mode == "max" else value < self.best):

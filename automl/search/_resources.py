@@ -33,9 +33,15 @@ class Admission:
 
 
 def _alive_nodes() -> list[dict[str, float]]:
+    """The alive nodes' resources; on an autoscaling cluster, the nodes it can grow to
+    (:func:`automl.autoscale.capacity`), so trials wait for the autoscaler instead of
+    failing, while a request no node type can hold still fails fast."""
     import ray
 
-    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+    from automl import autoscale
+
+    alive = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
+    return autoscale.capacity(alive, autoscale.detect())
 
 
 def _place(free: list[dict[str, float]], bundles: list[dict[str, float]]) -> bool:
@@ -55,7 +61,8 @@ def _place(free: list[dict[str, float]], bundles: list[dict[str, float]]) -> boo
 
 
 def _fmt(res: dict[str, float]) -> str:
-    return ", ".join(f"{k}={v:g}" for k, v in res.items())
+    return ", ".join(f"memory={v / 2**20:.0f}MiB" if k == "memory" else f"{k}={v:g}"
+                     for k, v in res.items())
 
 
 def admit_bundles(
@@ -79,7 +86,7 @@ def admit_bundles(
     nodes = _alive_nodes() if nodes is None else nodes
     if not nodes:
         raise ResourceError("the Ray cluster has no alive nodes", where="ray")
-    keys = sorted({k for b in bundles for k, v in b.items() if v > 0})
+    keys = sorted({k for b in bundles for k, v in b.items() if v > 0}, key=lambda k: (k == "memory", k))
     total_need = {k: sum(b.get(k, 0.0) for b in bundles) for k in keys}
     cluster = {k: sum(n.get(k, 0.0) for n in nodes) for k in sorted(set(keys) | {"CPU"})}
     largest = max(nodes, key=lambda n: (n.get("CPU", 0.0), n.get("GPU", 0.0)))
@@ -113,9 +120,13 @@ def admit(
 def trial_bundles(resources) -> list[dict[str, float]]:
     """One trial's bundles from a ``ResourcesSpec``: the trial process alone when it has
     one worker; else a tiny driver plus one bundle per Ray Train worker."""
-    worker = {"CPU": resources.cpus_per_worker}
+    worker = {"CPU": resources.cpus_per_worker,
+              "memory": float(resources.memory_per_worker_mb * 1024 * 1024)}
     if resources.gpus_per_worker:
         worker["GPU"] = resources.gpus_per_worker
+    from automl import autoscale  # an autoscaler cannot add nodes for undeclared resources
+
+    worker = autoscale.drop_undeclared(worker, autoscale.detect())
     if not resources.distributed:
         return [worker]
     return [dict(DRIVER)] + [dict(worker) for _ in range(resources.workers_per_trial)]

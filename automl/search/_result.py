@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 #: Why a trial ended.
-COMPLETED, STOPPED, FAILED = "completed", "stopped_early", "failed"
+COMPLETED, STOPPED, FAILED, DIVERGED = "completed", "stopped_early", "failed", "diverged"
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,8 @@ class TrialRecord:
 
     Attributes:
         end_state: ``completed`` (ran all its epochs), ``stopped_early`` (cut by
-            ASHA at a rung) or ``failed`` (raised; see ``error``).
+            ASHA at a rung), ``diverged`` (the divergence guard stopped it; ``error``
+            says at which epoch and why) or ``failed`` (raised; see ``error``).
         history: one dict per epoch, as reported (``epoch``, ``val_accuracy``, ...).
         train_time_s: seconds spent inside training steps, summed over epochs.
         setup_s: seconds from the trial function's start to its first epoch.
@@ -30,6 +31,7 @@ class TrialRecord:
     metrics: dict[str, float]
     history: list[dict[str, float]] = field(default_factory=list)
     error: str | None = None
+    reason: str | None = None
     checkpoint: str | None = None
     train_time_s: float = 0.0
     setup_s: float = 0.0
@@ -59,7 +61,7 @@ class SearchResult:
         return self.ranked[0] if self.ranked else None
 
     def counts(self) -> dict[str, int]:
-        out = {COMPLETED: 0, STOPPED: 0, FAILED: 0}
+        out = {COMPLETED: 0, STOPPED: 0, FAILED: 0, DIVERGED: 0}
         for t in self.trials:
             out[t.end_state] += 1
         out["total"] = len(self.trials)

@@ -19,7 +19,7 @@ from ray import tune
 
 from automl.space import TrialConfig
 from automl.spec import Experiment
-from automl.train import Shard, TrainState, fit, set_threads, to_tensors
+from automl.train import Guard, Shard, TrainState, TrialDiverged, fit, set_threads, to_tensors
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,6 +32,8 @@ class TrialData:
     y_val: np.ndarray
     input_shape: tuple[int, ...]
     num_classes: int
+    #: champion weights trials of its architecture start from (``automl.nightly``), or None
+    init: dict | None = None
 
 
 def checkpoint_epochs(exp: Experiment, epochs: int) -> set[int]:
@@ -74,6 +76,12 @@ def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> 
 
         run_distributed_trial(config, data, exp, storage)
         return
+    # A diverged trial stays diverged: when Tune retries it (resources.max_failures, meant
+    # for killed processes), fail again at once instead of re-training from a checkpoint.
+    marker = os.path.join(tune.get_context().get_trial_dir(), "diverged.txt")
+    if os.path.exists(marker):
+        with open(marker) as f:
+            raise TrialDiverged(*f.read().split("\t", 1))
     t_start = time.perf_counter()
     set_threads(exp.resources.cpus_per_worker)
     device = "cuda" if exp.resources.gpus_per_worker and torch.cuda.is_available() else "cpu"
@@ -84,6 +92,10 @@ def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> 
     cfg = TrialConfig.from_flat(config, exp, seed=exp.search.seed)
     state = TrainState.create(cfg, arrays.input_shape, arrays.num_classes, len(train[1]),
                               wrap=lambda m: m.to(device))
+    if arrays.init is not None:  # nightly.transfer: fine-tune the champion's weights
+        from automl.nightly import init_from_champion
+
+        init_from_champion(state.model, cfg.arch, arrays.init)
     resume = tune.get_checkpoint()
     if resume is not None:
         with resume.as_directory() as d:
@@ -101,4 +113,15 @@ def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> 
             torch.save(st.checkpoint(metrics), os.path.join(d, "checkpoint.pt"))
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
 
-    fit(state, train, val, on_epoch=report, shard=shard)
+    try:
+        fit(state, train, val, on_epoch=report, shard=shard, guard=guard_of(exp))
+    except TrialDiverged as e:
+        with open(marker, "w") as f:
+            f.write(f"{e.epoch}\t{e.reason}")
+        raise
+
+
+def guard_of(exp: Experiment) -> Guard:
+    """The training loop's divergence guard from ``training.guard``."""
+    g = exp.training.guard
+    return Guard(g.max_loss_ratio, g.max_grad_norm)

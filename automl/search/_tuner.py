@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -15,10 +16,18 @@ from rich.console import Console
 
 from automl.search._progress import SweepProgress
 from automl.search._resources import Admission, admit_trials, trial_bundles
-from automl.search._result import COMPLETED, FAILED, STOPPED, SearchResult, TrialRecord
+from automl.search._result import (
+    COMPLETED,
+    DIVERGED,
+    FAILED,
+    STOPPED,
+    SearchResult,
+    TrialRecord,
+)
 from automl.search._sampler import make_sampler
 from automl.search._trainable import DataRef, TrialData, run_trial
 from automl.space import TrialConfig, define_by_run
+from automl.errors import RunError
 from automl.spec import Experiment
 
 STUDY_DB = "study.db"
@@ -41,11 +50,28 @@ def make_scheduler(exp: Experiment):
     )
 
 
+class _OptunaSearch(OptunaSearch):
+    """Ray's OptunaSearch, except that a trial that errored (or diverged) is told to
+    Optuna as FAIL even when it reported earlier epochs: Ray would tell its last value
+    as COMPLETE, feeding a broken trial's number into TPE's model."""
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
+        super().on_trial_complete(trial_id, None if error else result, error)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        # After a crash, the study (SQLite, always current) may already hold the end of a
+        # trial that Tune's last snapshot still saw running: keep the study's record.
+        try:
+            super().on_trial_result(trial_id, result)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+
+
 def make_searcher(exp: Experiment, run_dir: Path) -> OptunaSearch:
     """Ray's ``OptunaSearch`` over the spec's define-by-run space; the study is stored in
     ``<run_dir>/study.db`` (SQLite), which ``optuna-dashboard`` and the ``optuna`` CLI open."""
     storage = optuna.storages.RDBStorage(f"sqlite:///{(run_dir / STUDY_DB).resolve()}")
-    return OptunaSearch(
+    return _OptunaSearch(
         space=define_by_run(exp),
         metric=exp.search.metric,
         mode=exp.search.mode,
@@ -53,6 +79,28 @@ def make_searcher(exp: Experiment, run_dir: Path) -> OptunaSearch:
         study_name=exp.name,
         storage=storage,
     )
+
+
+def _restore(experiment: str, trainable, callbacks: list) -> tune.Tuner:
+    """Restore a Tune experiment whose driver died: finished trials are kept, unfinished
+    ones resume from their last checkpoint, the searcher (and its Optuna study) resumes
+    from its saved state, and the number of trials stays the one requested.
+
+    Raises:
+        RunError: the saved state cannot be read (corrupt or from another version).
+    """
+    try:
+        tuner = tune.Tuner.restore(experiment, trainable=trainable, resume_unfinished=True,
+                                   resume_errored=False, restart_errored=False)
+    except Exception as e:  # noqa: BLE001 - any unpickling/format error
+        raise RunError(
+            f"cannot restore the sweep state ({type(e).__name__}: {str(e)[:200]})",
+            where=experiment, fix="start a new run (without --resume); finished trials are "
+            "in trials.json and study.db",
+        ) from None
+    # Tune restores the callbacks it pickled; use this process's (live console, files).
+    tuner._local_tuner._run_config.callbacks = callbacks
+    return tuner
 
 
 def storage_path(exp: Experiment, run_dir: Path) -> str:
@@ -70,6 +118,7 @@ def run_search(
     admission: Admission | None = None,
     console: Console | None = None,
     callbacks: list | None = None,
+    resume: bool = False,
 ) -> SearchResult:
     """Run the sweep on the connected Ray cluster and collect its trials.
 
@@ -88,7 +137,7 @@ def run_search(
     if admission is None:
         admission = admit_trials(exp.resources)
     progress = SweepProgress(run_dir, exp.search.metric, exp.search.mode,
-                             exp.search.num_samples, console)
+                             exp.search.num_samples, console, resume=resume)
     storage = storage_path(exp, run_dir)
     first = trial_bundles(exp.resources)[0]  # the trial's own process
     trainable = tune.with_resources(
@@ -113,11 +162,19 @@ def run_search(
             name="tune",
             storage_path=storage,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=None),
-            failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+            # in-process trials: a killed trial process is retried from its last
+            # checkpoint; data-parallel trials retry inside Ray Train instead
+            failure_config=tune.FailureConfig(
+                max_failures=0 if exp.resources.distributed else exp.resources.max_failures,
+                fail_fast=exp.search.fail_fast,
+            ),
             callbacks=[progress, *(callbacks or [])],
             verbose=0,
         ),
     )
+    experiment = f"{storage}/tune"
+    if resume and tune.Tuner.can_restore(experiment):
+        tuner = _restore(experiment, trainable, [progress, *(callbacks or [])])
     t0 = time.perf_counter()
     try:
         grid = tuner.fit()
@@ -127,7 +184,8 @@ def run_search(
     trials = [_record(r, exp, progress.history) for r in grid]
     sign = 1.0 if exp.search.mode == "max" else -1.0
     ranked = sorted(
-        (t for t in trials if t.end_state != FAILED and exp.search.metric in t.metrics),
+        (t for t in trials if t.end_state not in (FAILED, DIVERGED)
+         and exp.search.metric in t.metrics),
         key=lambda t: (-sign * t.metrics[exp.search.metric], -t.epochs_run, t.trial_id),
     )
     return SearchResult(exp.search.metric, exp.search.mode, trials, ranked, wall,
@@ -145,7 +203,10 @@ def _record(result, exp: Experiment, history: dict) -> TrialRecord:
         cfg = {}
     target = int(cfg.get("epochs", 0))
     epochs = int(metrics.get("epoch", 0))
-    if result.error is not None:
+    error = _error_text(result.error)
+    if error is not None and "TrialDiverged" in error:
+        state = DIVERGED
+    elif error is not None:
         state = FAILED
     elif epochs >= target:
         state = COMPLETED
@@ -165,11 +226,26 @@ def _record(result, exp: Experiment, history: dict) -> TrialRecord:
         target_epochs=target,
         metrics={k: float(metrics[k]) for k in keep if k in metrics},
         history=rows,
-        error=_error_text(result.error),
+        error=error,
+        reason=_reason(error),
         checkpoint=ckpt,
         train_time_s=float(np.sum([r.get("train_time_s", 0.0) for r in rows])),
         setup_s=float(rows[0].get("setup_s", 0.0)) if rows else 0.0,
     )
+
+
+def _reason(error: str | None) -> str | None:
+    """One line saying why a trial failed, from its error text."""
+    if error is None:
+        return None
+    m = re.search(r"diverged at epoch \d+: [^\n]*", error)
+    if m:
+        return m.group(0)
+    if "OutOfMemoryError" in error or "out of memory" in error.lower():
+        return ("killed by the out-of-memory killer; lower resources.concurrent_trials "
+                "(or give trials more memory)")
+    lines = [ln.strip() for ln in error.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "failed"
 
 
 def _error_text(error) -> str | None:

@@ -18,9 +18,9 @@ from automl.rundir import compression, cv_table, read_trials, winner
 from automl.spec import TrackingSpec
 from automl.tracking._wandb import WandbTarget, resolve_mode, start_run
 
-_STAGE_COLUMNS = ("index", "stage", "status", "accuracy", "accuracy_drop", "params",
-                  "nonzero_params", "macs", "size_bytes", "latency_ms_b1", "latency_ms_b64",
-                  "reason")
+_STAGE_COLUMNS = ("index", "stage", "status", "val_accuracy", "val_accuracy_drop",
+                  "accuracy", "accuracy_drop", "params", "nonzero_params", "macs",
+                  "size_bytes", "latency_ms_b1", "latency_ms_b64", "reason")
 
 
 def _number(v: Any) -> bool:
@@ -78,6 +78,7 @@ def log_winner(target: WandbTarget, run_dir: Path, summary: dict, versions: list
             for s in chain.get("stages", []):
                 m = s.get("measurement") or {}
                 rows.append([s.get("index"), s.get("stage"), s.get("status"),
+                             s.get("val_accuracy"), s.get("val_accuracy_drop"),
                              s.get("accuracy"), s.get("accuracy_drop"), m.get("params"),
                              m.get("nonzero_params"), m.get("macs"), m.get("size_bytes"),
                              m.get("latency_ms_b1"), m.get("latency_ms_b64"),

@@ -1,0 +1,52 @@
+"""Ray token authentication for clients of an existing cluster.
+
+Ray 2.60 turns token authentication on by default for clusters started with
+``ray start --head`` (``RAY_AUTH_MODE`` unset), but a *client* (``ray.init(address=...)``,
+the Jobs SDK) only sends a token when ``RAY_AUTH_MODE=token`` is set in its own
+environment. :func:`use_cluster_token` does what Ray's CLI does for a local cluster:
+when the mode is unset and a token is available (``RAY_AUTH_TOKEN``,
+``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``), turn token mode on for this process
+and its children. An explicit ``RAY_AUTH_MODE`` is always respected.
+"""
+
+from __future__ import annotations
+
+import os
+
+AUTH_MODE = "RAY_AUTH_MODE"
+TOKEN_FIX = ("put the cluster's token in ~/.ray/auth_token or $RAY_AUTH_TOKEN "
+             "(`ray get-auth-token` on the head prints it) and set RAY_AUTH_MODE=token")
+
+
+def token_available() -> bool:
+    """True when Ray's token loader finds a token (env var, token file or default path)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+
+        return bool(AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True))
+    except (ImportError, AttributeError, TypeError):  # an older or newer Ray: look ourselves
+        if os.environ.get("RAY_AUTH_TOKEN"):
+            return True
+        path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+        return os.path.isfile(path)
+
+
+def use_cluster_token() -> bool:
+    """Send the token to the cluster when one is available and ``RAY_AUTH_MODE`` is unset.
+
+    Returns:
+        True when this process now uses token authentication.
+    """
+    mode = os.environ.get(AUTH_MODE)
+    if mode is not None:
+        return mode.lower() == "token"
+    if not token_available():
+        return False
+    os.environ[AUTH_MODE] = "token"
+    try:  # Ray caches its config at first use: refresh it so this process sees the mode
+        from ray._raylet import Config
+
+        Config.initialize("")
+    except (ImportError, AttributeError):
+        pass
+    return True
