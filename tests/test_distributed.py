@@ -33,6 +33,7 @@ training:
 search: {num_samples: TRIALS, seed: 0, sampler: random}
 scheduler: {type: none}
 selection: {top_k: 1, cv_folds: 2}
+tracking: {backend: none}
 resources: {workers_per_trial: 2, cpus_per_worker: 1, max_failures: 2}
 """
 

@@ -31,6 +31,7 @@ training:
 search: {num_samples: 8, seed: 0, sampler: random}
 scheduler: {type: none}
 selection: {top_k: 1, cv_folds: 2}
+tracking: {backend: none}
 resources: {max_failures: 0}
 """
 

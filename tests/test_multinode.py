@@ -21,6 +21,7 @@ training: {optimizer: adam, lr: 0.005, batch_size: 64, epochs: 2, init: default}
 search: {num_samples: 2, seed: 0, sampler: random}
 scheduler: {type: none}
 selection: {top_k: 1, cv_folds: 2}
+tracking: {backend: none}
 resources: {workers_per_trial: 2, cpus_per_worker: 1}
 output: {shared: SHARED}
 """

@@ -26,6 +26,7 @@ training:
 search: {num_samples: 8, seed: 0, sampler: tpe, n_startup_trials: 3}
 scheduler: {grace_period: 1, reduction_factor: 3, max_epochs: 6}
 selection: {top_k: 2, cv_folds: 2}
+tracking: {backend: none}
 resources: {num_cpus: 2}
 """
 
