@@ -8,8 +8,9 @@ distributions never clash. Imports optuna but neither torch nor ray.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from automl.spec import (
     AUGMENT_IDENTITY,

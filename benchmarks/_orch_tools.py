@@ -123,8 +123,9 @@ def run_automl(exp, tmp: Path) -> dict:
     out = summarize("automl", records, search["wall_time_s"], search["max_concurrent"],
                     run_dir=str(tmp / "automl-run"), pipeline_wall_s=summary["wall_time_s"],
                     reported_efficiency=search["efficiency"])
-    cv = summary.get("cv") or {}
+    cv, comp = summary.get("cv") or {}, summary.get("compression") or {}
     out["cv_wall_s"] = (cv.get("compute") or {}).get("wall_time_s")
+    out["compression_wall_s"] = comp.get("wall_time_s")
     return out
 
 

@@ -112,9 +112,11 @@ def run(quick: bool, ctx: dict) -> Result:
         res.notes.append(f"Hand-written Ray Tune spends {1 - r['efficiency']:.0%} of its slot "
                          "time outside training steps (FIELD-NOTES measured about 70%).")
     if a and a.get("cv_wall_s") is not None:
+        comp = a.get("compression_wall_s")
         res.notes.append(f"automl's process wall includes {a['cv_wall_s']:.0f} s of "
-                         "cross-validation of its top trials and the winner's refit, which "
-                         "the peers do not do; its sweep wall does not.")
+                         "cross-validation of its top trials and the winner's refit"
+                         + (f", and {comp:.0f} s compressing the winner" if comp else "")
+                         + ", which the peers do not do; its sweep wall does not.")
     res.notes.append("Slots: concurrent trials (automl and Ray Tune: 2 of 1 CPU; Optuna "
                      "1 process: 1 slot with torch's default threads; 2 workers: 2 slots).")
     res.data["runs"] = runs

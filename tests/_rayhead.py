@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +50,7 @@ class Head:
             if not _group_alive(pgid):
                 break
         self.proc.wait(timeout=5)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -120,7 +122,8 @@ def _wait_ready(head: Head, timeout_s: float) -> None:
         except Exception as e:  # not up yet
             last = e
             time.sleep(1.0)
-    raise TimeoutError(f"head not ready in {timeout_s}s: {last}")
+    raise TimeoutError(f"head not ready in {timeout_s}s: {last}; "
+                       f"log: {head.log.read_text()[-2000:]}")
 
 
 def fake_cluster_config(types: dict, gcs_address: str, head_cpus: int) -> dict:

@@ -531,7 +531,8 @@ def test_entrypoint_runs_the_nightly_automl_search(kind):
     job = spec["jobTemplate"] if kind == "RayCronJob" else spec
     argv = shlex.split(job["entrypoint"])
     assert argv[:3] == ["automl", "search", "search_spaces/resnet.yaml"]
-    assert argv[argv.index("--name") + 1] == "nightly"
+    # no fixed --name: each night gets its own run folder (an explicit name is never reused)
+    assert "--name" not in argv
     assert argv[argv.index("--output") + 1] == "/mnt/runs"
     # No shell operators: KubeRay's submitter splices the entrypoint into a script.
     assert not set(job["entrypoint"]) & set("&|;><`$")

@@ -174,7 +174,7 @@ def table_rows(chain, winner_meas, cv_accuracy: float | None) -> list[dict[str, 
 def print_compression(console: Console, section: dict) -> None:
     """The compression table (rich) and one line per stage that was not accepted."""
     table = Table(title="compression (CPU p50 latency in ms; agree: test argmax vs 00_teacher)",
-                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, padding=(0, 1))
+                  box=box.SIMPLE_HEAD, padding=0, show_edge=False)
     cols = ("model", "params", "MACs", "file", "b1", "b64", "val", "test", "CV", "agree")
     for col in cols:
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)

@@ -10,7 +10,6 @@ import tempfile
 import time
 from typing import Any
 
-import ray
 import torch
 
 from automl.space import TrialConfig

@@ -14,6 +14,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 from rich.console import Console
 
+from automl.errors import RunError
 from automl.search._progress import SweepProgress
 from automl.search._resources import Admission, admit_trials, trial_bundles
 from automl.search._result import (
@@ -27,7 +28,6 @@ from automl.search._result import (
 from automl.search._sampler import make_sampler
 from automl.search._trainable import DataRef, TrialData, run_trial
 from automl.space import TrialConfig, define_by_run
-from automl.errors import RunError
 from automl.spec import Experiment
 
 STUDY_DB = "study.db"
