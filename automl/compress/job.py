@@ -18,7 +18,6 @@ returns the ``compression`` section of ``summary.json``.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -53,6 +52,9 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
         run_dir: holds ``best/model.pt`` (``TrainState.checkpoint`` format).
         cv_accuracy: the winner configuration's mean CV accuracy, shown in the table.
 
+    Runs in this process with ``exp.resources.cpus_per_worker`` torch threads (restored
+    afterwards); latency is measured on ``compression.latency_threads``.
+
     Returns:
         ``ChainResult.to_dict()`` plus ``winner`` (measurement), ``winner_export``,
         ``teacher_source``, ``guard``, ``table`` (one row per measured model: ``name``,
@@ -74,14 +76,18 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
     if not comp.stages:
         raise ValueError("compression.stages: no stage listed")
     console = console or Console()
-    t0, threads = time.perf_counter(), torch.get_num_threads()
+    t0, threads_before = time.perf_counter(), torch.get_num_threads()
+    # one unit of work, like a trial: resources.cpus_per_worker threads (more threads than
+    # free cores thrash in OpenMP spin-waits on a shared machine)
+    threads = max(1, int(exp.resources.cpus_per_worker))
     run_dir = Path(run_dir)
     winner, ckpt = load_checkpoint(run_dir / "best" / "model.pt")
     cfg = TrialConfig.from_dict(ckpt["config"])
     console.print(f"compress {len(comp.stages)} stage(s): "
-                  f"{' -> '.join(s.stage for s in comp.stages)}; teacher: {TEACHER_SOURCE}",
-                  highlight=False)
+                  f"{' -> '.join(s.stage for s in comp.stages)}; teacher: {TEACHER_SOURCE}; "
+                  f"{threads} thread(s)", highlight=False)
     try:
+        torch.set_num_threads(threads)
         fit = fit_and_score(dataset, ckpt["config"], splits.train, splits.val,
                             impute=exp.data.impute, cpus=threads, keep_model=True)
         teacher = _rebuild(cfg.arch, fit["checkpoint"])
@@ -115,7 +121,7 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
             raise
         shutil.rmtree(old, ignore_errors=True)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(threads_before)
     section = {"status": "completed", **chain.to_dict(), "winner": w_meas.to_dict(),
                "winner_export": w_export.to_dict(), "teacher_source": TEACHER_SOURCE,
                "guard": {"split": "validation", "rows": len(splits.val),
@@ -172,7 +178,8 @@ def table_rows(chain, winner_meas, cv_accuracy: float | None) -> list[dict[str, 
 
 
 def print_compression(console: Console, section: dict) -> None:
-    """The compression table (rich) and one line per stage that was not accepted."""
+    """The compression table (rich), then one line per stage: its status and, for an
+    accepted one, its validation drop; for the others, the reason."""
     table = Table(title="compression (CPU p50 latency in ms; agree: test argmax vs 00_teacher)",
                   box=box.SIMPLE_HEAD, padding=0, show_edge=False)
     cols = ("model", "params", "MACs", "file", "b1", "b64", "val", "test", "CV", "agree")
@@ -222,6 +229,7 @@ def compress_run(run_dir: str | Path, spec: str | Path | None = None,
         SpecError: a spec is invalid, or the chain lists no stage.
     """
     from automl.data import load_dataset, split_indices
+    from automl.rundir import read_summary
     from automl.spec import load_spec
 
     run_dir = Path(run_dir)
@@ -238,7 +246,7 @@ def compress_run(run_dir: str | Path, spec: str | Path | None = None,
     if not exp.compression.enabled:
         raise SpecError("compression.stages: compression is disabled or lists no stage",
                         where=where, fix="pass --spec with a compression section")
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir)
     dataset = load_dataset(exp.data)
     recorded = (summary.get("data") or {}).get("sha256")
     if recorded and recorded != dataset.checksum:
