@@ -25,6 +25,8 @@ from automl.models import build_model
 from automl.space import TrialConfig
 
 CHECKPOINT_FORMAT = "automl.checkpoint/1"
+#: the file a trial's checkpoint directory holds (Tune and Train checkpoints alike)
+CHECKPOINT_FILE = "checkpoint.pt"
 
 
 def set_threads(cpus: float) -> int:
@@ -301,11 +303,27 @@ class TrainState:
         }
 
     def restore(self, ckpt: dict[str, Any]) -> None:
+        """Continue from a :meth:`checkpoint` dict (weights, optimizer, schedule, epoch)."""
         unwrap(self.model).load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["schedule"])
         self.epoch = int(ckpt["epoch"])
         self.first_loss = ckpt.get("first_loss")
+
+    def save_dir(self, directory: str | Path, metrics: dict[str, float] | None = None) -> None:
+        """Write :meth:`checkpoint` as ``<directory>/checkpoint.pt``."""
+        torch.save(self.checkpoint(metrics), Path(directory) / CHECKPOINT_FILE)
+
+    def restore_dir(self, directory: str | Path, device: str = "cpu") -> None:
+        """Restore from ``<directory>/checkpoint.pt`` (written by :meth:`save_dir`).
+
+        Raises:
+            FileNotFoundError: the directory holds no checkpoint file.
+            pickle.UnpicklingError: the file holds more than tensors and plain data
+                (loaded with ``weights_only=True``).
+        """
+        self.restore(torch.load(Path(directory) / CHECKPOINT_FILE, map_location=device,
+                                weights_only=True))
 
 
 def fit(
@@ -321,7 +339,8 @@ def fit(
 
     After each epoch, ``on_epoch(state, metrics)`` is called with ``epoch``,
     ``train_loss``, ``train_time_s`` (seconds in the training step) and, when
-    ``val`` is given, ``val_loss``, ``val_accuracy`` and ``val_f1``.
+    ``val`` is given, ``val_loss``, ``val_accuracy``, ``val_f1`` and ``eval_time_s``
+    (seconds scoring the validation split).
     ``state.cfg.augment`` augments training batches only. ``shard`` places this
     process in a data-parallel group (the model already wrapped in DDP): each rank
     trains on its shard and the validation metrics are reduced over all ranks.
@@ -353,8 +372,10 @@ def fit(
         metrics = {"epoch": epoch + 1, "train_loss": train_loss,
                    "train_time_s": time.perf_counter() - t0}
         if val is not None:
+            t1 = time.perf_counter()
             scores = evaluate(state.model, *val, shard=shard)
             metrics.update({f"val_{k}": v for k, v in scores.items()})
+            metrics["eval_time_s"] = time.perf_counter() - t1
         state.epoch = epoch + 1
         if on_epoch is not None:
             on_epoch(state, metrics)

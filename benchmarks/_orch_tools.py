@@ -74,14 +74,17 @@ def make_experiment(trials: int, quick: bool, out_dir: str, concurrency: int | s
     return load_spec(SPEC, o)
 
 
-def load_data(exp):
-    """(train, val) tensors and (input_shape, num_classes) of the spec's split."""
+def load_data(exp, arrays: bool = False):
+    """(train, val) tensors (numpy arrays with ``arrays``) and (input_shape, num_classes)
+    of the spec's split."""
     from automl.data import fit_transform, load_dataset, split_indices
     from automl.train import to_tensors
 
     ds = load_dataset(exp.data)
     s = split_indices(ds.y, exp.data.test_size, exp.data.val_size, exp.data.seed)
     (X_tr, y_tr), (X_val, y_val) = fit_transform(ds, s.train, s.val)
+    if arrays:
+        return (X_tr, y_tr), (X_val, y_val), tuple(X_tr.shape[1:]), ds.num_classes
     return to_tensors(X_tr, y_tr), to_tensors(X_val, y_val), tuple(X_tr.shape[1:]), ds.num_classes
 
 
@@ -129,9 +132,42 @@ def run_automl(exp, tmp: Path) -> dict:
     return out
 
 
+def run_automl_sweeps(sweeps: list[dict], quick: bool, tmp: Path) -> dict:
+    """Several sweeps of the project's search stage (``automl.search.run_search``: no
+    cross-validation, refit or compression) on one local Ray instance, one after another.
+
+    Each of ``sweeps`` is ``{"label", "trials", "concurrency", "overrides"}``; the result
+    maps each label to :func:`summarize`'s figures plus ``run_dir``. One process and one
+    Ray start serve them all, so only the sweeps themselves are compared.
+    """
+    from rich.console import Console
+
+    from automl import runtime
+    from automl.search import admit_trials, run_search
+    from automl.search._trainable import TrialData
+
+    runtime.connect(num_cpus=2, object_store_mb=200, dashboard_port=0)
+    out = {}
+    for sw in sweeps:
+        run_dir = tmp / sw["label"]
+        run_dir.mkdir(parents=True)
+        exp = make_experiment(sw["trials"], quick, str(tmp / "runs"), sw["concurrency"],
+                              sw.get("overrides"))
+        (X_tr, y_tr), (X_val, y_val), shape, classes = load_data(exp, arrays=True)
+        data = TrialData(X_tr, y_tr, X_val, y_val, shape, classes)
+        result = run_search(exp, data, run_dir, admit_trials(exp.resources),
+                            Console(quiet=True))
+        records = [{"train_time_s": t.train_time_s, "setup_s": t.setup_s,
+                    "epochs": t.epochs_run, "val_accuracy": t.metrics.get("val_accuracy"),
+                    "state": t.end_state, "params": t.params} for t in result.trials]
+        out[sw["label"]] = summarize("automl", records, result.wall_time_s,
+                                     result.max_concurrent, run_dir=str(run_dir))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("tool", choices=(*TOOLS, "optuna_worker"))
+    ap.add_argument("tool", choices=(*TOOLS, "optuna_worker", "automl_sweeps"))
     ap.add_argument("--trials", type=int, required=True)
     ap.add_argument("--out", required=True, help="JSON file for the figures")
     ap.add_argument("--quick", action="store_true")
@@ -140,6 +176,8 @@ def main() -> None:
     ap.add_argument("--worker", type=int, default=0)
     ap.add_argument("--worker-trials", type=int, default=0)
     ap.add_argument("--overrides", default=None, help="JSON: more spec key paths -> values")
+    ap.add_argument("--sweeps", default=None,
+                    help="automl_sweeps only: JSON list of {label, trials, concurrency, overrides}")
     args = ap.parse_args()
     t_process = time.perf_counter()
     tmp = Path(args.tmp or tempfile.mkdtemp(prefix=f"bench-{args.tool}-"))
@@ -151,7 +189,9 @@ def main() -> None:
     if args.tool == "optuna_worker":
         peers.run_optuna_worker(exp, tmp, args.worker, args.worker_trials)
         return
-    if args.tool == "automl":
+    if args.tool == "automl_sweeps":
+        out = {"sweeps": run_automl_sweeps(json.loads(args.sweeps), args.quick, tmp)}
+    elif args.tool == "automl":
         out = run_automl(exp, tmp)
     elif args.tool == "ray_tune":
         out = peers.run_ray_tune(exp, tmp)

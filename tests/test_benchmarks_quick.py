@@ -1,10 +1,12 @@
-"""The benchmarks keep working: the search-quality simulation replays Ray Tune exactly, the
-quick search-quality benchmark writes its documented record, and the pure helpers
-compute what they claim. Benchmarks measure; nothing here checks a speed."""
+"""The benchmarks keep working: the whole ``--quick`` run writes every documented record,
+the search-quality simulation replays Ray Tune exactly, and the pure helpers compute what
+they claim. Benchmarks measure; nothing here checks a speed."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -16,7 +18,7 @@ sys.path.insert(0, str(REPO))
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 from benchmarks import _simulate, scaling, search_quality  # noqa: E402
-from benchmarks.__main__ import main  # noqa: E402
+from benchmarks.__main__ import ORDER, main  # noqa: E402
 
 
 def bowl(config: dict, epoch: int) -> float:
@@ -72,25 +74,56 @@ def test_report_timing_from_trials_jsonl(tmp_path):
     t = scaling.report_timing(tmp_path)
     assert t["trials"] == 2 and t["epoch_wall_s"] == 2.0 and t["epoch_train_s"] == 1.5
     assert t["startup_per_trial_s"] == 4.0  # 10 - 4 - one epoch
+    # with the sweep's wall time: (wall - epochs x epoch time) / trials
+    assert scaling.report_timing(tmp_path, sweep_wall_s=20.0)["startup_per_trial_s"] == 4.0
 
 
-def test_quick_search_quality_writes_its_record(ray_cluster, tmp_path):
+def test_whole_quick_run_writes_every_record(tmp_path):
+    """``python -m benchmarks --quick`` (what ``make bench-quick`` runs): every section runs
+    and writes its documented record. A fresh process, as a user runs it; bounded."""
     pytest.importorskip("mfpbench")
-    assert main(["--quick", "--only", "search_quality", "--seeds", "1",
-                 "--out", str(tmp_path)]) == 0
-    rec = json.loads((tmp_path / "search_quality.json").read_text())
-    assert rec["status"] == "ok" and rec["quick"] is True
-    assert rec["machine"]["cores"] >= 1 and rec["machine"]["memory_gib"] > 0
-    assert rec["versions"]["optuna"] and rec["versions"]["mf-prior-bench"] != "missing"
-    assert rec["seeds"]["seeds"] == [0]
-    table = rec["tables"][0]
-    assert [r[0] for r in table["rows"]] == ["automl", "random", "random_asha", "optuna"]
-    for row in table["rows"]:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--seeds", "1",
+                           "--out", str(tmp_path)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recs = {n: json.loads((tmp_path / f"{n}.json").read_text()) for n in ORDER}
+    for name, rec in recs.items():
+        assert rec["status"] == "ok", (name, rec.get("reason"))
+        assert rec["quick"] is True and rec["machine"]["cores"] >= 1
+        assert rec["machine"]["memory_gib"] > 0 and rec["versions"]["torch"].startswith("2.13")
+        assert f"# {rec['title']}" in (tmp_path / f"{name}.md").read_text()
+
+    orch = recs["orchestration"]
+    tools = [r[0] for r in orch["tables"][0]["rows"]]
+    assert len(tools) == 4 and tools[0].startswith("automl")
+    for row in orch["tables"][0]["rows"]:  # trials, slots, ..., best val accuracy
+        assert row[1] == 2 and row[2] in (1, 2) and 0.5 < row[-1] <= 1.0, row
+        assert 0.0 < row[6] <= 1.0  # efficiency: a share of the slot time
+    parts = orch["data"]["automl_slot_time"]
+    run = orch["data"]["runs"]["automl"]
+    assert sum(parts.values()) == pytest.approx(run["sweep_wall_s"] * run["slots"], abs=0.1)
+    assert parts["training steps"] == pytest.approx(run["train_time_s"], abs=0.05)
+
+    sq = recs["search_quality"]
+    assert sq["seeds"]["seeds"] == [0]
+    assert [r[0] for r in sq["tables"][0]["rows"]] == ["automl", "random", "random_asha", "optuna"]
+    for row in sq["tables"][0]["rows"]:
         assert 0.0 <= row[1] < 6.0  # regret on Hartmann6 (optimum -3.32, values <= ~0)
-    assert rec["data"]["tune_conformance"]["identical"] is True
-    assert len(rec["goals"]) == 2
-    md = (tmp_path / "search_quality.md").read_text()
-    assert "| automl |" in md and "Machine: " in md
+    assert sq["data"]["tune_conformance"]["identical"] is True and len(sq["goals"]) == 2
+
+    base = {r[0]: r for r in recs["baselines"]["tables"][0]["rows"]}
+    assert len(base) == 3 and all(0.5 < r[1] <= 1.0 for r in base.values())
+
+    slots = recs["scaling"]["tables"][0]["rows"]
+    assert [r[0] for r in slots] == [1, 2] and all(r[1] == 4 for r in slots)
+    workers = recs["scaling"]["tables"][1]["rows"]
+    assert [r[0] for r in workers] == [1, 2] and all(r[5] > 0 for r in workers)
+
+    comp = recs["compression"]["tables"][0]["rows"]  # the winner first, then the stages
+    assert len(comp) >= 2 and comp[0][0] == "winner"
+    assert comp[-1][5] < comp[0][5]  # file bytes: the last accepted stage is smaller
 
 
 def test_missing_benchmark_package_is_reported_not_faked(tmp_path, monkeypatch):

@@ -86,21 +86,26 @@ def test_seed_study_keeps_what_fits_a_narrowed_space(tmp_path):
                                                       "model.mlp.width": width}))
         study.add_trial(optuna.trial.create_trial(params=params, distributions=dists,
                                                   value=value))
+    params, dists = fit_space(old_exp, _params(**{"training.lr": 0.003, "model.mlp.width": 16}))
+    study.add_trial(optuna.trial.create_trial(  # stopped by ASHA after epoch 1
+        state=optuna.trial.TrialState.PRUNED, params=params, distributions=dists, value=0.5,
+        intermediate_values={1: 0.5}))
     board = [_params(**{"training.lr": lr, "model.mlp.width": w})
              for lr, w, _ in sorted(runs, key=lambda r: -r[2])]
     (prev / "leaderboard.json").write_text(json.dumps([{"params": p} for p in board]))
     (prev / "summary.json").write_text(json.dumps({"winner": {"params": board[1]}}))
     (prev / "spec.yaml").write_text("search: {metric: val_accuracy}\n")
     warm = seed_study(_exp(name="new"), new, str(prev), tmp_path / "registry")
-    assert warm["status"] == "seeded" and warm["history_trials"] == 2
+    assert warm["status"] == "seeded" and warm["history_trials"] == 3
     assert warm["skipped"] == {"training.lr outside its new domain": 2}  # history + leaderboard
     assert warm["enqueued"] == [{"model.mlp.width": 16, "training.lr": 0.004},
                                 {"model.mlp.width": 32, "training.lr": 0.002}]
     seeded = optuna.load_study(study_name="new", storage=f"sqlite:///{new / 'study.db'}")
-    assert [t.state.name for t in seeded.trials] == ["COMPLETE", "COMPLETE", "WAITING",
-                                                     "WAITING"]
+    assert [t.state.name for t in seeded.trials] == ["COMPLETE", "COMPLETE", "PRUNED",
+                                                     "WAITING", "WAITING"]
     assert sorted(t.value for t in seeded.trials[:2]) == [0.8, 0.9]
-    assert seeded.trials[2].params == {} and seeded.trials[2].system_attrs["fixed_params"] == \
+    assert seeded.trials[2].intermediate_values == {1: 0.5}  # a stopped trial stays stopped
+    assert seeded.trials[3].params == {} and seeded.trials[3].system_attrs["fixed_params"] == \
         warm["enqueued"][0]
 
 
@@ -255,9 +260,10 @@ def test_warm_start_runs_the_previous_top_configs_first_and_informs_the_sampler(
     assert warm["history_trials"] == 2 and warm["skipped"] == {}
     study = optuna.load_study(study_name="nightly", storage=f"sqlite:///{run_dir / 'study.db'}")
     old = [t for t in study.trials if "previous_number" in t.user_attrs]
-    assert len(old) == 2 and all(t.state.name == "COMPLETE" for t in old)
     a_study = optuna.load_study(study_name="nightly", storage=f"sqlite:///{a_dir / 'study.db'}")
-    assert sorted(t.value for t in old) == sorted(t.value for t in a_study.trials)
+    assert len(old) == 2 and all(t.state.name in ("COMPLETE", "PRUNED") for t in old)
+    assert sorted((t.state.name, t.value) for t in old) == sorted(
+        (t.state.name, t.value) for t in a_study.trials)
     new = sorted((t for t in study.trials if "previous_number" not in t.user_attrs),
                  key=lambda t: t.datetime_start)
     assert len(new) == 3

@@ -114,6 +114,20 @@ def test_study_persists_in_sqlite_and_spec_round_trips(sweep):
     assert len(study.trials) == 6
     assert {"training.lr", "model.resnet.width", "training.epochs"} <= set(study.trials[0].params)
     assert load_spec(run_dir / "spec.yaml") == exp
+    # how each trial ended reaches Optuna: ASHA-stopped -> PRUNED at its last epoch's value
+    # (Ray's OptunaSearch would say COMPLETE), fully trained -> COMPLETE
+    trials = json.loads((run_dir / "trials.json").read_text())
+    states = {"completed": optuna.trial.TrialState.COMPLETE,
+              "stopped_early": optuna.trial.TrialState.PRUNED}
+    assert {t["end_state"] for t in trials} == set(states)  # the tiny sweep has both
+    for t in trials:
+        (st,) = [s for s in study.trials if s.params == {k: v for k, v in t["params"].items()
+                                                          if k in s.params}]
+        assert st.state == states[t["end_state"]], t["trial_id"]
+        assert st.value == pytest.approx(t["metrics"]["val_accuracy"])
+        if t["end_state"] == "stopped_early":  # stopped at a rung: its value is that epoch's
+            assert max(st.intermediate_values) == t["epochs_run"] < t["target_epochs"]
+            assert st.intermediate_values[t["epochs_run"]] == pytest.approx(st.value)
 
 
 def test_infeasible_trial_fails_fast_with_need_and_have(ray_cluster, tmp_path):

@@ -166,7 +166,9 @@ def top_configs(run_dir: Path | None, lineage: dict | None, k: int) -> list[dict
 
 
 def previous_trials(run_dir: Path | None) -> tuple[list[optuna.trial.FrozenTrial], str | None]:
-    """Finished trials of the previous run's study (``study.db``) and its direction."""
+    """Finished trials of the previous run's study (``study.db``) and its direction:
+    completed ones and those the scheduler stopped early (PRUNED, valued at the epoch they
+    stopped; TPE ranks them after completed ones)."""
     if run_dir is None or not (run_dir / "study.db").is_file():
         return [], None
     storage = optuna.storages.RDBStorage(f"sqlite:///{(run_dir / 'study.db').resolve()}")
@@ -174,8 +176,9 @@ def previous_trials(run_dir: Path | None) -> tuple[list[optuna.trial.FrozenTrial
     if not summaries:
         return [], None
     study = optuna.load_study(study_name=summaries[0].study_name, storage=storage)
+    kept = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     done = [t for t in study.get_trials(deepcopy=False)
-            if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
+            if t.state in kept and t.value is not None]
     return done, study.direction.name.lower()
 
 
@@ -222,7 +225,8 @@ def seed_study(exp: Experiment, run_dir: Path, ref: str, registry_root: Path) ->
         fit = fits(t.params)
         if fit is not None:
             added.append(optuna.trial.create_trial(
-                params=fit[0], distributions=fit[1], value=t.value,
+                state=t.state, params=fit[0], distributions=fit[1], value=t.value,
+                intermediate_values=dict(t.intermediate_values),
                 user_attrs={"warm_start": source, "previous_number": t.number}))
     study.add_trials(added)
     enqueued = []

@@ -5,12 +5,9 @@ reports). Each worker runs the same ``automl.train.fit`` loop on its own shard.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from typing import Any
-
-import torch
 
 from automl.space import TrialConfig
 from automl.spec import Experiment
@@ -50,8 +47,7 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
     resume = ray.train.get_checkpoint()
     if resume is not None:
         with resume.as_directory() as d:
-            state.restore(torch.load(os.path.join(d, "checkpoint.pt"), map_location=device,
-                                     weights_only=True))
+            state.restore_dir(d, device)
     # where the ranks run (reported, so a multi-node placement is visible in the results)
     import torch.distributed as dist
 
@@ -66,7 +62,7 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
             ray.train.report(metrics)
             return
         with tempfile.TemporaryDirectory() as d:
-            torch.save(st.checkpoint(metrics), os.path.join(d, "checkpoint.pt"))
+            st.save_dir(d, metrics)
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
     resume_epoch = state.epoch

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from automl.search._result import COMPLETED, STOPPED, end_state
+
 
 def _end_line(path: Path) -> None:
     """Terminate a torn last line (driver killed mid-write) before appending."""
@@ -81,9 +83,10 @@ class SweepProgress(Callback):
         self._refresh()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        row = {k: result[k] for k in ("epoch", "train_loss", "val_loss", "val_accuracy",
-                                      "val_f1", "train_time_s", "setup_s", "checkpoint_path",
-                                      "restored_from_epoch", "world_size", "worker_nodes") if k in result}
+        row = {k: result[k] for k in ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1",
+                                      "train_time_s", "eval_time_s", "setup_s", "checkpoint_path",
+                                      "restored_from_epoch", "world_size", "worker_nodes")
+               if k in result}
         rows = self.history.setdefault(trial.trial_id, [])
         while rows and rows[-1]["epoch"] >= row["epoch"]:  # resumed: drop the re-run epochs
             rows.pop()
@@ -106,10 +109,10 @@ class SweepProgress(Callback):
         target = int(trial.config.get("training.epochs", epochs))
         value = rows[-1].get(self.metric) if rows else None
         shown = f"{self.metric}={value:.4f}" if value is not None else "no result"
-        if epochs >= target:
-            self._end(trial, "completed", f"completed {epochs} epochs  {shown}")
+        if end_state(epochs, target) == COMPLETED:
+            self._end(trial, COMPLETED, f"completed {epochs} epochs  {shown}")
         else:
-            self._end(trial, "stopped_early", f"stopped by ASHA at epoch {epochs}/{target}  {shown}")
+            self._end(trial, STOPPED, f"stopped by ASHA at epoch {epochs}/{target}  {shown}")
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._end(trial, "failed", "failed (see trials.json for the error)")

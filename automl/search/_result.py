@@ -9,6 +9,23 @@ from typing import Any
 COMPLETED, STOPPED, FAILED, DIVERGED = "completed", "stopped_early", "failed", "diverged"
 
 
+def end_state(epochs: int, target: int, error: str | None = None) -> str:
+    """How a trial ended, the one rule for ``trials.json`` and the progress line.
+
+    Args:
+        epochs: epochs it reported.
+        target: its own ``training.epochs``.
+        error: its error text, None when it did not raise.
+
+    Returns:
+        ``diverged`` (the training guard stopped it), ``failed`` (it raised),
+        ``completed`` (it ran all its epochs) or ``stopped_early`` (the scheduler cut it).
+    """
+    if error is not None:
+        return DIVERGED if "TrialDiverged" in error else FAILED
+    return COMPLETED if epochs >= target else STOPPED
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """One trial: its sampled config, per-epoch history and how it ended.

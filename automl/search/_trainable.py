@@ -99,8 +99,7 @@ def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> 
     resume = tune.get_checkpoint()
     if resume is not None:
         with resume.as_directory() as d:
-            state.restore(torch.load(os.path.join(d, "checkpoint.pt"), map_location=device,
-                                     weights_only=True))
+            state.restore_dir(d, device)
     setup_s = time.perf_counter() - t_start
     keep = checkpoint_epochs(exp, cfg.epochs)
 
@@ -110,7 +109,7 @@ def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> 
             tune.report(metrics)
             return
         with tempfile.TemporaryDirectory() as d:
-            torch.save(st.checkpoint(metrics), os.path.join(d, "checkpoint.pt"))
+            st.save_dir(d, metrics)
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
 
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +18,7 @@ from rich.console import Console
 from automl.errors import RunError
 from automl.search._progress import SweepProgress
 from automl.search._resources import Admission, admit_trials, trial_bundles
-from automl.search._result import (
-    COMPLETED,
-    DIVERGED,
-    FAILED,
-    STOPPED,
-    SearchResult,
-    TrialRecord,
-)
+from automl.search._result import DIVERGED, FAILED, SearchResult, TrialRecord, end_state
 from automl.search._sampler import make_sampler
 from automl.search._trainable import DataRef, TrialData, run_trial
 from automl.space import TrialConfig, define_by_run
@@ -51,20 +45,66 @@ def make_scheduler(exp: Experiment):
 
 
 class _OptunaSearch(OptunaSearch):
-    """Ray's OptunaSearch, except that a trial that errored (or diverged) is told to
-    Optuna as FAIL even when it reported earlier epochs: Ray would tell its last value
-    as COMPLETE, feeding a broken trial's number into TPE's model."""
+    """Ray's OptunaSearch, told how each trial really ended.
+
+    * A trial the scheduler stopped before its own ``training.epochs`` (ASHA) is told as
+      PRUNED, its last report kept as an intermediate value: Ray would tell it COMPLETE
+      with a low-fidelity value, which TPE then ranks against fully trained trials.
+      Optuna's TPE ranks pruned trials after completed ones, by how far they got and
+      then by value (``optuna.samplers.TPESampler``; Falkner et al. 2018 on mixing
+      fidelities in the model). ``epochs_of(sampled params)`` gives a trial's target.
+    * A trial that errored (or diverged) is told as FAIL even when it reported earlier
+      epochs: Ray would tell its last value as COMPLETE, feeding a broken trial's number
+      into TPE's model.
+    """
+
+    def __init__(self, *args, epochs_of=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._epochs_of = epochs_of
+        self._reported: dict[str, int] = {}  # trial id -> last step told to Optuna
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
-        super().on_trial_complete(trial_id, None if error else result, error)
+        if error or not result or self._epochs_of is None or trial_id in self._completed_trials:
+            super().on_trial_complete(trial_id, None if error else result, error)
+            return
+        trial = self._ot_trials[trial_id]
+        target = self._epochs_of(trial.params)  # sampled epochs, else the spec's fixed value
+        if int(result.get("epoch", target)) >= target or self.metric not in result:
+            super().on_trial_complete(trial_id, result, error)
+            return
+        step = int(result.get("training_iteration", result["epoch"]))
+        try:
+            if self._reported.get(trial_id) != step:  # the stopping report reached Tune only
+                trial.report(result[self.metric], step)
+            self._ot_study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
+            pass  # already finished in the study (a resumed sweep); keep its record
+        self._completed_trials.add(trial_id)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         # After a crash, the study (SQLite, always current) may already hold the end of a
         # trial that Tune's last snapshot still saw running: keep the study's record.
         try:
             super().on_trial_result(trial_id, result)
+            self._reported[trial_id] = int(result["training_iteration"])
         except optuna.exceptions.UpdateFinishedTrialError:
             pass
+
+
+@dataclass(frozen=True)
+class EpochsOf:
+    """``flat config -> the trial's training.epochs`` (``default`` when not sampled);
+    a plain object so the searcher it serves can be pickled into Tune's snapshots."""
+
+    default: int
+
+    def __call__(self, config: dict) -> int:
+        return int(config.get("training.epochs", self.default))
+
+
+def epochs_of(exp: Experiment) -> EpochsOf:
+    """The :class:`EpochsOf` of ``exp`` (fixed epochs, else the largest a trial can run)."""
+    return EpochsOf(exp.training.epochs if isinstance(exp.training.epochs, int) else exp.max_epochs)
 
 
 def make_searcher(exp: Experiment, run_dir: Path) -> OptunaSearch:
@@ -78,6 +118,7 @@ def make_searcher(exp: Experiment, run_dir: Path) -> OptunaSearch:
         sampler=make_sampler(exp.search),
         study_name=exp.name,
         storage=storage,
+        epochs_of=epochs_of(exp),
     )
 
 
@@ -204,14 +245,7 @@ def _record(result, exp: Experiment, history: dict) -> TrialRecord:
     target = int(cfg.get("epochs", 0))
     epochs = int(metrics.get("epoch", 0))
     error = _error_text(result.error)
-    if error is not None and "TrialDiverged" in error:
-        state = DIVERGED
-    elif error is not None:
-        state = FAILED
-    elif epochs >= target:
-        state = COMPLETED
-    else:
-        state = STOPPED
+    state = end_state(epochs, target, error)
     keep = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1")
     ckpt = result.checkpoint.path if result.checkpoint is not None else None
     if ckpt is None:  # a Ray Train trial: TuneReportCallback forwards the path as a metric
