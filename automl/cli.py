@@ -9,8 +9,10 @@ stable exit code: 0 success, 1 failed run, 2 bad input (spec, data, flags),
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Optional
 
@@ -30,8 +32,22 @@ err_console = Console(stderr=True)
 
 
 def _fail(error: AutoMLError) -> None:
+    """Print ``error`` as one line on stderr and exit with its code (2 input, 3 resources)."""
     err_console.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(error.exit_code)
+
+
+@contextlib.contextmanager
+def _cli_errors() -> Iterator[None]:
+    """Every command's error rule: an :class:`AutoMLError` becomes one line and its exit
+    code (:func:`_fail`), Ctrl-C prints ``interrupted`` and exits 130."""
+    try:
+        yield
+    except AutoMLError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 @app.command()
@@ -42,10 +58,8 @@ def validate(spec: Path = typer.Argument(..., help="experiment spec (YAML)")) ->
     from automl.space import describe
     from automl.spec import load_spec
 
-    try:
+    with _cli_errors():
         exp = load_spec(spec)
-    except AutoMLError as e:
-        _fail(e)
     console.print(yaml.safe_dump(exp.to_dict(), sort_keys=False), markup=False, highlight=False)
     info = describe(exp)
     size = "continuous (infinitely many)" if math.isinf(info["size"]) else f"{info['size']:,.0f}"
@@ -104,7 +118,7 @@ def search(
     overrides = {"search.num_samples": num_samples} if num_samples is not None else {}
     if warm_start is not None:
         overrides["nightly.warm_start"] = warm_start
-    try:
+    with _cli_errors():
         exp = load_spec(spec, overrides)
         if exp.nightly.warm_start and not resume:  # a wrong path fails before Ray starts
             from automl.nightly import check_source
@@ -120,11 +134,6 @@ def search(
         run_main_job(exp, run_dir, address=address, console=console,
                      dashboard_host=dashboard_host, dashboard_port=dashboard_port,
                      metrics_port=metrics_port)
-    except AutoMLError as e:
-        _fail(e)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 def _resume(run_dir: Path, address, dashboard_host="127.0.0.1", dashboard_port=8265,
@@ -149,16 +158,11 @@ def resume(
 ) -> None:
     """Continue an unfinished run after a crash: finished trials are kept, unfinished
     ones continue from their last checkpoint; a finished run is left as it is."""
-    try:
+    with _cli_errors():
         if not (run_dir / "spec.yaml").exists():
             raise SpecError("not a run directory (no spec.yaml)", where=str(run_dir),
                             fix="pass the folder `automl search` printed as its run dir")
         _resume(run_dir, address, dashboard_port=dashboard_port)
-    except AutoMLError as e:
-        _fail(e)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 registry_app = typer.Typer(no_args_is_help=True, help="The local model registry.")
@@ -200,10 +204,8 @@ def registry_show(ref: str = typer.Argument(..., help="NAME, NAME@VERSION or NAM
 
     from automl.registry import Registry
 
-    try:
+    with _cli_errors():
         version = Registry(registry_dir).get(ref)
-    except AutoMLError as e:
-        _fail(e)
     console.print(json.dumps(version.to_dict(), indent=2), markup=False, highlight=False)
 
 
@@ -217,10 +219,8 @@ def registry_promote(
     """Point ALIAS at NAME@VERSION (moving it from any other version)."""
     from automl.registry import Registry
 
-    try:
+    with _cli_errors():
         version = Registry(registry_dir).set_alias(ref, alias)
-    except AutoMLError as e:
-        _fail(e)
     console.print(f"{version.ref} is now {version.name}@{alias}", highlight=False)
     if wandb and version.tracking:
         from automl.tracking import log_alias
@@ -241,12 +241,10 @@ def report(run_dir: Path = typer.Argument(..., help="run directory of a finished
            out: Optional[Path] = typer.Option(None, help="output folder (default RUN_DIR/report)")
            ) -> None:
     """Write an HTML report with PNG figures of RUN_DIR (opens offline)."""
-    try:
+    with _cli_errors():
         from automl.report import build_report
 
         result = build_report(run_dir, out)
-    except AutoMLError as e:
-        _fail(e)
     for name, why in result.skipped.items():
         console.print(f"  {name}: not drawn ({why})", highlight=False)
     console.print(f"report {result.index} ({len(result.figures)} figures)", highlight=False)
@@ -261,15 +259,10 @@ def compress(
 ) -> None:
     """Re-run the compression chain alone on RUN_DIR's winner; rewrites RUN_DIR/compression/
     and the compression section of RUN_DIR/summary.json."""
-    try:
+    with _cli_errors():
         from automl.compress.job import compress_run
 
         compress_run(run_dir, spec, console=console)
-    except AutoMLError as e:
-        _fail(e)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 from automl._cli_jobs import register as _register_job_commands  # noqa: E402
