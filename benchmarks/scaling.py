@@ -32,7 +32,7 @@ FIXED = {"model.resnet.depth": 1, "model.resnet.width": 16, "model.resnet.stages
          "training.batch_size": 64, "training.epochs": 4, "scheduler.type": "none",
          "scheduler.max_epochs": 4, "scheduler.grace_period": 1}
 QUICK_FIXED = {**FIXED, "training.epochs": 2, "scheduler.max_epochs": 2}
-SLOT_TRIALS = {True: 4, False: 20}
+SLOT_TRIALS = {True: 3, False: 20}
 DDP_TRIALS = {True: 1, False: 3}
 
 

@@ -117,7 +117,7 @@ def test_whole_quick_run_writes_every_record(tmp_path):
     assert len(base) == 3 and all(0.5 < r[1] <= 1.0 for r in base.values())
 
     slots = recs["scaling"]["tables"][0]["rows"]
-    assert [r[0] for r in slots] == [1, 2] and all(r[1] == 4 for r in slots)
+    assert [r[0] for r in slots] == [1, 2] and all(r[1] == 3 for r in slots)
     workers = recs["scaling"]["tables"][1]["rows"]
     assert [r[0] for r in workers] == [1, 2] and all(r[5] > 0 for r in workers)
 
