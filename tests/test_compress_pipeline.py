@@ -80,7 +80,7 @@ def test_chain_section_validates_and_feeds_the_library(tmp_path):
 
 
 def test_spec_fields_mirror_the_stage_classes():
-    from automl._compression_spec import STAGE_SPECS
+    from automl.spec._compression import STAGE_SPECS
 
     for name, spec_cls in STAGE_SPECS.items():
         keys = set(spec_cls.model_fields) - {"stage", "max_accuracy_drop"}

@@ -8,7 +8,7 @@ pruning), Jacob et al. 2018 (int8 quantization).
 
 ``automl.compress.job`` wires the chain into the product: the main job's compression step
 (``compress_step``) and ``automl compress RUN_DIR`` (``compress_run``); the chain is
-declared in the spec's ``compression`` section (``automl._compression_spec``).
+declared in the spec's ``compression`` section (``automl.spec._compression``).
 
 Quantization uses ``torch.ao.quantization`` (eager dynamic + FX static PTQ), which torch
 marks deprecated in favour of torchao's ``quantize_`` / pt2e flow; ``quantize.py`` is the

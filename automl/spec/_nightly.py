@@ -1,7 +1,7 @@
 """The ``nightly`` section of the spec: warm start, transfer learning and champion /
 challenger promotion for sweeps that run again and again (``automl.nightly``).
 
-Kept out of ``spec.py`` for size; ``automl.spec`` re-exports :class:`NightlySpec`. Like
+One section of the spec package; ``automl.spec`` re-exports :class:`NightlySpec`. Like
 the rest of the spec it imports neither torch nor ray.
 
 Example::

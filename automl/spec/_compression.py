@@ -1,6 +1,6 @@
 """The ``compression`` section of the spec: a chain of stages run on the winner.
 
-Kept out of ``spec.py`` for size; ``automl.spec`` re-exports :class:`CompressionSpec`.
+One section of the spec package; ``automl.spec`` re-exports :class:`CompressionSpec`.
 Like the rest of the spec it imports neither torch nor ray, so a bad stage fails at
 ``automl validate`` time, not after a sweep. Each stage's fields mirror the keyword
 arguments of its ``automl.compress`` class (``DistillStage``, ``PruneStage``,
