@@ -290,10 +290,12 @@ def _check_kind(exp: Experiment, dataset) -> None:
 
 def _select(exp: Experiment, dataset, splits, top, run_dir: Path, console):
     """Cross-validate ``top``, refit the winner on train + validation rows and score it once
-    on the test split; writes ``cv.json``, ``best/model.pt`` and ``confusion_matrix.json``.
+    on the test split; writes ``cv.json``, ``best/model.pt`` (with tabular data also
+    ``best/preprocessor.skops``) and ``confusion_matrix.json``.
     Folds are single-process Ray tasks with their own admission (one worker's resources)."""
     import torch
 
+    from automl.data import PREPROCESSOR_FILE, fit_preprocessor, save_preprocessor
     from automl.selection import cross_validate, print_cv_table, refit_and_test
 
     sel = exp.selection
@@ -309,6 +311,10 @@ def _select(exp: Experiment, dataset, splits, top, run_dir: Path, console):
     tmp = dst.with_name(f".model.pt.{os.getpid()}")
     torch.save(final["checkpoint"], tmp)
     os.replace(tmp, dst)
+    # tabular data: the preprocessing the refit used (fitted on the same rows, so equal)
+    pre = fit_preprocessor(dataset, splits.pool, exp.data.impute)
+    if pre is not None:
+        save_preprocessor(pre, dst.with_name(PREPROCESSOR_FILE))
     write_json(run_dir / "confusion_matrix.json", final["confusion_matrix"])
     return cv, final
 

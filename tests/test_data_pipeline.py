@@ -14,7 +14,9 @@ from automl.data import (
     fit_preprocessor,
     fit_transform,
     load_dataset,
+    load_preprocessor,
     make_augment,
+    save_preprocessor,
     split_indices,
 )
 from automl.errors import DataError
@@ -266,3 +268,29 @@ def test_data_spec_errors_name_the_key(tmp_path, data, message):
 
     with pytest.raises(SpecError, match=message):
         load_spec(write_spec(tmp_path, f"data: {data}\nmodel: {{family: mlp}}\n"))
+
+
+class _NotSklearn:  # a type the preprocessor loader must refuse
+    pass
+
+
+def test_preprocessor_round_trips_through_skops_and_refuses_other_types(tmp_path):
+    data = load_dataset(DataSpec(source="csv", path=str(_csv(tmp_path)), target="label"))
+    idx = np.arange(len(data.y))
+    pre = fit_preprocessor(data, idx[:-2])
+    path = save_preprocessor(pre, tmp_path / "preprocessor.skops")
+    back = load_preprocessor(path)
+    frame = data.frame.iloc[idx]
+    assert np.array_equal(back.transform(frame), pre.transform(frame))
+    assert back.transform(frame).shape[1] == pre.transform(frame).shape[1] > frame.shape[1] - 1
+
+    import skops.io as sio
+
+    sio.dump({"pre": pre, "extra": _NotSklearn()}, tmp_path / "evil.skops")
+    with pytest.raises(DataError, match=r"evil\.skops: holds type .*_NotSklearn.*refusing"):
+        load_preprocessor(tmp_path / "evil.skops")
+    (tmp_path / "junk.skops").write_bytes(b"not a zip")
+    with pytest.raises(DataError, match=r"junk\.skops: not a skops file"):
+        load_preprocessor(tmp_path / "junk.skops")
+    with pytest.raises(DataError, match=r"missing\.skops: no such file"):
+        load_preprocessor(tmp_path / "missing.skops")

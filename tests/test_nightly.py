@@ -384,3 +384,21 @@ def test_missing_warm_start_directory_is_a_one_line_error(tmp_path):
         seed_study(exp, tmp_path / "run", "no-such-dir", tmp_path / "registry")
     cold = seed_study(exp, tmp_path / "run", "x@champion", tmp_path / "registry")
     assert cold["status"].startswith("cold: no model named 'x'")
+
+
+def test_tabular_run_keeps_its_preprocessor_beside_the_model(nights):
+    from automl.data import fit_transform, load_dataset, load_preprocessor, split_indices
+    from automl.train import evaluate, load_checkpoint, to_tensors
+
+    exp, run_dir, summary = nights["a"]
+    pre = load_preprocessor(run_dir / "best" / "preprocessor.skops")
+    ds = load_dataset(exp.data)
+    s = split_indices(ds.y, exp.data.test_size, exp.data.val_size, exp.data.seed)
+    _, (X_te, y_te) = fit_transform(ds, s.pool, s.test, impute=exp.data.impute)
+    raw = ds.frame.iloc[s.test]  # raw test rows, as a user would hold them
+    assert np.abs(raw.to_numpy(np.float32)).max() <= 1.0 and X_te.std() > 0.5  # scaled
+    X = pre.transform(raw).astype(np.float32)
+    assert np.allclose(X, X_te)
+    model, _ = load_checkpoint(run_dir / "best" / "model.pt")
+    acc = evaluate(model, *to_tensors(X, y_te))["accuracy"]
+    assert acc == pytest.approx(summary["test"]["accuracy"])

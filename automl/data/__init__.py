@@ -4,22 +4,33 @@ training-batch image augmentation.
 
 Public API: :class:`Dataset`, :func:`load_dataset`, :func:`drop_duplicates`,
 :class:`Splits`, :func:`split_indices`, :func:`fit_transform`,
-:func:`fit_preprocessor`, :func:`make_augment` (imports torch when called).
+:func:`fit_preprocessor`, :func:`save_preprocessor`, :func:`load_preprocessor`,
+:func:`make_augment` (imports torch when called).
 """
 
 from automl.data._augment import make_augment
 from automl.data._dataset import Dataset, drop_duplicates, load_dataset
-from automl.data._preprocess import fit_preprocessor, fit_transform, make_preprocessor
+from automl.data._preprocess import (
+    PREPROCESSOR_FILE,
+    fit_preprocessor,
+    fit_transform,
+    load_preprocessor,
+    make_preprocessor,
+    save_preprocessor,
+)
 from automl.data._split import Splits, split_indices
 
 __all__ = [
+    "PREPROCESSOR_FILE",
     "Dataset",
     "Splits",
     "drop_duplicates",
     "fit_preprocessor",
     "fit_transform",
     "load_dataset",
+    "load_preprocessor",
     "make_augment",
     "make_preprocessor",
+    "save_preprocessor",
     "split_indices",
 ]

@@ -10,6 +10,9 @@ a fold's validation rows and the test split never shape the statistics.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 from sklearn.compose import ColumnTransformer
 from sklearn.impute import SimpleImputer
@@ -17,6 +20,12 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from automl.data._dataset import Dataset
+from automl.errors import DataError
+
+#: the fitted tabular preprocessor beside ``best/model.pt`` (skops format, no pickle)
+PREPROCESSOR_FILE = "preprocessor.skops"
+#: module prefixes of the only types :func:`load_preprocessor` lets skops rebuild
+TRUSTED_PREFIXES = ("sklearn.", "numpy.")
 
 
 def make_preprocessor(data: Dataset, impute=None) -> ColumnTransformer:
@@ -61,3 +70,44 @@ def fit_transform(
     if pre is None:
         return [(data.X[i], data.y[i]) for i in sets]
     return [(pre.transform(data.frame.iloc[i]).astype(np.float32), data.y[i]) for i in sets]
+
+
+def save_preprocessor(pre: ColumnTransformer, path: str | Path) -> Path:
+    """Write a fitted preprocessor to ``path`` with ``skops.io`` (a zip of plain data, not a
+    pickle), atomically. :func:`load_preprocessor` reads it back."""
+    import skops.io as sio
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    sio.dump(pre, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_preprocessor(path: str | Path) -> ColumnTransformer:
+    """The fitted ``ColumnTransformer`` that :func:`save_preprocessor` wrote.
+
+    Only scikit-learn and numpy types are rebuilt (``skops.io.load`` with those trusted);
+    ``pre.transform(frame)`` maps raw rows (a ``pandas.DataFrame`` with the training
+    columns) to the model's ``(n, F')`` float inputs.
+
+    Raises:
+        DataError: the file is missing, not a skops file, or holds another type (named).
+    """
+    import skops.io as sio
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError("no such file", where=str(path),
+                        fix="image data needs no preprocessor; tabular runs write "
+                            f"best/{PREPROCESSOR_FILE}")
+    try:
+        untrusted = sio.get_untrusted_types(file=path)
+    except Exception as e:  # zipfile.BadZipFile, json errors: not a skops file
+        raise DataError(f"not a skops file ({type(e).__name__})", where=str(path)) from None
+    refused = [t for t in untrusted if not t.startswith(TRUSTED_PREFIXES)]
+    if refused:
+        raise DataError(f"holds type {refused[0]}, which is not scikit-learn or numpy; "
+                        "refusing to load it", where=str(path),
+                        fix="load only preprocessors written by automl")
+    return sio.load(path, trusted=untrusted)
