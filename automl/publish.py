@@ -74,7 +74,11 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
                "cv": ({"metric": cv["metric"], "scores": mine["scores"], "mean": mine["mean"],
                        "std": mine["std"]} if mine else None),
                "compression": [], "parent": None, "run_finished_at": now()}
-    win = reg.register(name, {"model.pt": chosen["checkpoint"]}, format=CHECKPOINT,
+    files = {"model.pt": chosen["checkpoint"]}
+    pre = Path(chosen["checkpoint"]).with_name("preprocessor.skops")  # tabular data only
+    if pre.is_file():
+        files[pre.name] = pre
+    win = reg.register(name, files, format=CHECKPOINT,
                        lineage=lineage,
                        tracking=_tracking(target, chosen["trial_id"], name, ["best", sweep]))
     versions = [win]

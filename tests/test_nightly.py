@@ -402,3 +402,7 @@ def test_tabular_run_keeps_its_preprocessor_beside_the_model(nights):
     model, _ = load_checkpoint(run_dir / "best" / "model.pt")
     acc = evaluate(model, *to_tensors(X, y_te))["accuracy"]
     assert acc == pytest.approx(summary["test"]["accuracy"])
+    # the registered winner carries it too, checksummed like the weights
+    (version,) = [v for v in nights["registry"].versions("nightly")
+                  if v.lineage.get("sweep") == run_dir.name and v.lineage["kind"] == "winner"]
+    assert set(version.files) == {"model.pt", "preprocessor.skops"}
