@@ -234,6 +234,17 @@ def run_search(
 
 
 def _record(result, exp: Experiment, history: dict) -> TrialRecord:
+    """One Tune ``Result`` as a :class:`TrialRecord`.
+
+    Args:
+        result: a ``ray.tune.Result`` of the finished grid (last metrics, config, error).
+        history: ``trial_id -> per-epoch rows`` from the progress callback
+            (``trials.jsonl``), the source of ``history``, ``train_time_s`` (seconds
+            summed over epochs) and ``setup_s`` (seconds before the first epoch).
+
+    The end state follows :func:`~automl.search._result.end_state`; ``checkpoint`` is the
+    trial's last checkpoint directory (Tune's, or the Train path a DDP trial reported).
+    """
     metrics = dict(result.metrics or {})
     trial_id = metrics.get("trial_id") or Path(result.path).name.removeprefix("trial_")
     params = {k: v for k, v in (result.config or {}).items()}
@@ -269,7 +280,8 @@ def _record(result, exp: Experiment, history: dict) -> TrialRecord:
 
 
 def _reason(error: str | None) -> str | None:
-    """One line saying why a trial failed, from its error text."""
+    """One line (at most 300 characters) saying why a trial failed, from its error text:
+    the guard's ``diverged at epoch N: ...``, an out-of-memory hint, else the last line."""
     if error is None:
         return None
     m = re.search(r"diverged at epoch \d+: [^\n]*", error)
@@ -283,6 +295,7 @@ def _reason(error: str | None) -> str | None:
 
 
 def _error_text(error) -> str | None:
+    """A trial's error as text, its last 4,000 characters (the traceback's end)."""
     if error is None:
         return None
     text = str(error)
