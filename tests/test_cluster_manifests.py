@@ -542,3 +542,28 @@ def test_entrypoint_runs_the_nightly_automl_search(kind):
     # Relative paths in the entrypoint resolve against the project in the image.
     head = job["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     assert head["workingDir"] == "/home/ray/automl"
+
+
+def test_head_tells_admission_what_the_autoscaler_may_add():
+    """A KubeRay head runs with num-cpus 0 and the autoscaler is a sidecar the driver cannot
+    read: the head's AUTOML_AUTOSCALING_CONFIG must describe the worker groups exactly."""
+    import json
+
+    from automl.autoscale import ENV, from_cluster_config
+
+    units = {"Gi": 2**30, "Mi": 2**20}
+    for spec in _ray_cluster_specs():
+        head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
+        (value,) = [e["value"] for e in head["env"] if e["name"] == ENV]
+        scaling = from_cluster_config(json.loads(value), ENV)
+        got = {t.name: (t.resources, t.max_workers) for t in scaling.types}
+        want = {}
+        for g in spec["workerGroupSpecs"]:
+            limits = g["template"]["spec"]["containers"][0]["resources"]["limits"]
+            mem = limits["memory"]
+            res = {"CPU": float(limits["cpu"]),
+                   "memory": float(int(mem[:-2]) * units[mem[-2:]])}
+            if limits.get("nvidia.com/gpu"):
+                res["GPU"] = float(limits["nvidia.com/gpu"])
+            want[g["groupName"]] = (res, g["maxReplicas"])
+        assert got == want
