@@ -83,3 +83,24 @@ def test_a_finished_study_trial_is_not_told_twice(searcher):
     searcher.on_trial_complete("a", _report(1, 0.5))  # a resumed duplicate
     (t,) = searcher._ot_study.trials
     assert t.state in (State.PRUNED, State.COMPLETE) and t.value == pytest.approx(0.5)
+
+
+def test_restore_skips_a_searcher_state_left_empty_by_a_kill(searcher, tmp_path):
+    """Tune copies searcher-state-*.pkl into the run directory without a rename: a driver
+    killed mid-copy leaves the newest file empty, and resume must fall back to an older one
+    instead of starting the sweep over."""
+    searcher.suggest("old")
+    searcher.on_trial_result("old", _report(1, 0.5))
+    searcher.save_to_dir(str(tmp_path), "2026-01-01_00-00-00")
+    (tmp_path / "searcher-state-2026-01-01_00-00-09.pkl").write_bytes(b"")  # the torn copy
+    fresh = _OptunaSearch(_space, metric="val_accuracy", mode="max",
+                          sampler=optuna.samplers.RandomSampler(seed=0), epochs_of=EpochsOf(10))
+    fresh.restore_from_dir(str(tmp_path))
+    assert set(fresh._ot_trials) == {"old"}
+    fresh.on_trial_result("new", _report(1, 0.7))  # a trial the older state never saw
+    fresh.on_trial_complete("new", _report(1, 0.7))
+    fresh.on_trial_complete("old", _report(10, 0.9))
+    assert [t.state for t in fresh._ot_study.trials] == [State.COMPLETE]
+    (tmp_path / "searcher-state-2026-01-01_00-00-00.pkl").write_bytes(b"")
+    with pytest.raises(RuntimeError, match="no readable searcher state"):
+        fresh.restore_from_dir(str(tmp_path))

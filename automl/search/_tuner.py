@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import logging
+import os
+import pickle
 import re
 import time
 from dataclasses import dataclass
@@ -25,6 +29,7 @@ from automl.space import TrialConfig, define_by_run
 from automl.spec import Experiment
 
 STUDY_DB = "study.db"
+logger = logging.getLogger(__name__)
 
 
 def make_scheduler(exp: Experiment):
@@ -64,6 +69,8 @@ class _OptunaSearch(OptunaSearch):
         self._reported: dict[str, int] = {}  # trial id -> last step told to Optuna
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
+        if trial_id not in self._ot_trials:  # asked before an older state was restored
+            return
         if error or not result or self._epochs_of is None or trial_id in self._completed_trials:
             super().on_trial_complete(trial_id, None if error else result, error)
             return
@@ -81,7 +88,29 @@ class _OptunaSearch(OptunaSearch):
             pass  # already finished in the study (a resumed sweep); keep its record
         self._completed_trials.add(trial_id)
 
+    def restore_from_dir(self, checkpoint_dir: str) -> None:
+        """Restore from the newest *readable* ``searcher-state-*.pkl``. Tune copies its
+        snapshot files into the run directory without an atomic rename, so a driver
+        killed mid-copy can leave the newest one empty; an older one still holds the
+        sampler and the study (whose trials live in SQLite and are always current).
+
+        Raises:
+            RuntimeError: no searcher state in ``checkpoint_dir`` can be read.
+        """
+        paths = sorted(glob.glob(os.path.join(checkpoint_dir, self.CKPT_FILE_TMPL.format("*"))),
+                       reverse=True)
+        for path in paths:
+            try:
+                self.restore(path)
+                return
+            except (EOFError, pickle.UnpicklingError, OSError) as e:
+                logger.warning("searcher state %s is unreadable (%s: %s); trying an older one",
+                               path, type(e).__name__, e)
+        raise RuntimeError(f"no readable searcher state in {checkpoint_dir}")
+
     def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id not in self._ot_trials:  # asked before an older state was restored
+            return
         # After a crash, the study (SQLite, always current) may already hold the end of a
         # trial that Tune's last snapshot still saw running: keep the study's record.
         try:
