@@ -210,6 +210,17 @@ def run_python(args: list[str], log: Path, timeout_s: float,
     return proc.returncode, time.perf_counter() - t0
 
 
+def trial_rows(run_dir: Path) -> list[list[dict]]:
+    """The epoch rows of ``<run_dir>/trials.jsonl`` (driver wall-clock ``time`` in seconds,
+    ``train_time_s``, ``eval_time_s``, ``setup_s`` ...) grouped by trial, each trial's rows
+    in report order and the trials in the order they first reported."""
+    rows = [json.loads(x) for x in (run_dir / "trials.jsonl").read_text().splitlines() if x]
+    by_trial: dict[str, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: r["time"]):
+        by_trial.setdefault(r["trial_id"], []).append(r)
+    return list(by_trial.values())
+
+
 def tail(path: Path, n: int = 5) -> str:
     """The last ``n`` non-empty lines of a log file, joined by `` / ``."""
     try:

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from benchmarks._common import Goal, Result, Table, run_python, tail
+from benchmarks._common import Goal, Result, Table, run_python, tail, trial_rows
 
 NAME = "orchestration"
 TITLE = "Orchestration efficiency on the main job (digits ResNet search)"
@@ -37,15 +37,13 @@ def slot_breakdown(run_dir: Path, sweep_wall_s: float, slots: int) -> dict[str, 
     (trial function start to first epoch), the rest of each trial's life (reporting to
     Tune, checkpoints), and outside any trial (actor start, sampling the next trial,
     Tune's bookkeeping, a slot left idle at the end)."""
-    rows = [json.loads(x) for x in (run_dir / "trials.jsonl").read_text().splitlines() if x]
-    by: dict[str, list[dict]] = {}
-    for r in sorted(rows, key=lambda r: r["time"]):
-        by.setdefault(r["trial_id"], []).append(r)
+    trials = trial_rows(run_dir)
+    rows = [r for rs in trials for r in rs]
     train = sum(r["train_time_s"] for r in rows)
     evals = sum(r.get("eval_time_s", 0.0) for r in rows)
-    setup = sum(rs[0]["setup_s"] for rs in by.values())
+    setup = sum(rs[0]["setup_s"] for rs in trials)
     life = sum(rs[-1]["time"] - rs[0]["time"] + rs[0]["setup_s"] + rs[0]["train_time_s"]
-               + rs[0].get("eval_time_s", 0.0) for rs in by.values())
+               + rs[0].get("eval_time_s", 0.0) for rs in trials)
     total = sweep_wall_s * slots
     parts = {"training steps": train, "validation scoring": evals, "trial set-up": setup,
              "reporting and checkpoints": life - train - evals - setup,

@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from benchmarks._common import Goal, Result, Table, run_python, tail
+from benchmarks._common import Goal, Result, Table, run_python, tail, trial_rows
 
 NAME = "scaling"
 TITLE = "Scaling: trial slots and data-parallel workers on 2 cores"
@@ -43,11 +43,8 @@ def report_timing(run_dir: Path, sweep_wall_s: float | None = None) -> dict:
     sweep wall is given, else the median gap from one trial's last report to the next
     one's first, minus one epoch time (needs two trials).
     """
-    rows = [json.loads(x) for x in (run_dir / "trials.jsonl").read_text().splitlines() if x]
-    by_trial: dict[str, list[dict]] = {}
-    for r in sorted(rows, key=lambda r: r["time"]):
-        by_trial.setdefault(r["trial_id"], []).append(r)
-    trials = sorted(by_trial.values(), key=lambda rs: rs[0]["time"])
+    trials = trial_rows(run_dir)
+    rows = [r for rs in trials for r in rs]
     gaps = [b["time"] - a["time"] for rs in trials for a, b in zip(rs, rs[1:])]
     epoch = statistics.median(gaps) if gaps else float("nan")
     if sweep_wall_s is not None:
