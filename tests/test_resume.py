@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,6 +70,7 @@ def test_driver_killed_twice_then_resumed_loses_and_repeats_nothing(tmp_path):
     proc = _start(["resume", str(run), "--dashboard-port", "0"], REPO)  # kill 2 survived
     output, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, output[-3000:]
+    assert re.search(r"ASHA rungs rebuilt from trials.jsonl: [1-9]\d* rung results", output), output
 
     summary = json.loads((run / "summary.json").read_text())
     trials = json.loads((run / "trials.json").read_text())
@@ -77,6 +79,8 @@ def test_driver_killed_twice_then_resumed_loses_and_repeats_nothing(tmp_path):
     assert summary["trials"]["failed"] == 0
     for t in trials:  # every trial's history is whole: epochs 1..n once each
         assert [h["epoch"] for h in t["history"]] == list(range(1, t["epochs_run"] + 1))
+        if t["end_state"] == "stopped_early":  # ASHA's rungs were rebuilt: stops only at one
+            assert t["epochs_run"] in (1, 3), t
     study = optuna.load_study(study_name="crashy", storage=f"sqlite:///{run / 'study.db'}")
     told = [t for t in study.trials if t.state != optuna.trial.TrialState.RUNNING]
     assert len(told) == 8  # the searcher kept its history and saw every trial end once
@@ -87,3 +91,76 @@ def test_driver_killed_twice_then_resumed_loses_and_repeats_nothing(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "already finished" in again.stdout
     assert (run / "summary.json").stat().st_mtime == mtime
+
+
+def test_history_of_a_trial_resumed_then_stopped_earlier_ends_at_its_last_run(tmp_path):
+    """CI found it: run 1 logged epochs 1-3 of a trial, then the driver was killed before
+    Tune's snapshot saw epoch 3; run 2 restored the trial from its epoch-1 checkpoint and
+    ASHA (whose rungs Tune does not snapshot) stopped it at epoch 2. The file holds both
+    runs; its history must be the second run's, epochs 1-2, as the live callback kept it."""
+    from automl.search._progress import add_report, load_history
+
+    log = tmp_path / "trials.jsonl"
+    runs = [("a", 1, 0.5), ("a", 2, 0.6), ("b", 1, 0.4), ("a", 3, 0.7),  # run 1, killed
+            ("a", 2, 0.55), ("b", 2, 0.45)]  # run 2: "a" re-ran epoch 2 and stopped there
+    lines = [json.dumps({"trial_id": t, "time": 0.0, "epoch": e, "val_accuracy": v})
+             for t, e, v in runs]
+    log.write_text("\n".join(lines) + '\n{"trial_id": "b", "epo')  # torn last line
+    history = load_history(log)
+    assert [(r["epoch"], r["val_accuracy"]) for r in history["a"]] == [(1, 0.5), (2, 0.55)]
+    assert [r["epoch"] for r in history["b"]] == [1, 2]
+    assert "time" not in history["a"][0] and "trial_id" not in history["a"][0]
+
+    live: list[dict] = []
+    for t, e, v in runs:
+        if t == "a":
+            add_report(live, {"epoch": e, "val_accuracy": v})
+    assert live == history["a"]
+
+
+def test_asha_rungs_rebuilt_on_resume_judge_as_the_first_run_did():
+    """Tune does not snapshot its scheduler; ResumableASHA.seed_rungs puts the rungs back."""
+    from types import SimpleNamespace
+
+    from ray.tune.schedulers import TrialScheduler
+
+    from automl.search._scheduler import ResumableASHA
+
+    history = {  # trials.jsonl of the crashed run: rungs at epochs 1 and 3 (max 6, factor 3)
+        "a": [{"epoch": 1, "val_accuracy": 0.9}, {"epoch": 2, "val_accuracy": 0.92},
+              {"epoch": 3, "val_accuracy": 0.95}],
+        "b": [{"epoch": 1, "val_accuracy": 0.8}],
+        "c": [{"epoch": 1, "val_accuracy": 0.7}],
+        "e": [{"epoch": 1, "val_accuracy": 0.95}, {"epoch": 3, "val_accuracy": 0.9}],
+    }
+
+    def asha(seed: bool):
+        s = ResumableASHA(time_attr="epoch", max_t=6, grace_period=1, reduction_factor=3)
+        s.set_search_properties("val_accuracy", "max")
+        for t in "abcde":
+            s.on_trial_add(None, SimpleNamespace(trial_id=t))
+        if seed:
+            assert s.seed_rungs(history, "val_accuracy", "max") == 6
+        return s
+
+    def report(s, trial, epoch, acc):
+        return s.on_trial_result(None, SimpleNamespace(trial_id=trial),
+                                 {"epoch": epoch, "val_accuracy": acc})
+
+    STOP, GO = TrialScheduler.STOP, TrialScheduler.CONTINUE
+    seeded, empty = asha(True), asha(False)
+    # a new trial below the rebuilt rung-1 cutoff stops; with empty rungs nothing is compared
+    assert (report(seeded, "d", 1, 0.6), report(empty, "d", 1, 0.6)) == (STOP, GO)
+    # b resumed from its epoch-1 checkpoint: not judged again at epoch 2, a non-rung epoch
+    assert (report(seeded, "b", 2, 0.5), report(empty, "b", 2, 0.5)) == (GO, STOP)
+    # a re-runs rung 3, where it was seeded: judged again there, against e's 0.9
+    assert report(seeded, "a", 3, 0.5) == STOP
+    assert report(seeded, "a", 3, 0.5) == GO  # judged once per rung, as Ray's ASHA does
+    # a minimising sweep stores negated values, as Ray's ASHA does
+    low = ResumableASHA(time_attr="epoch", max_t=6, grace_period=1, reduction_factor=3)
+    low.set_search_properties("val_loss", "min")
+    low.on_trial_add(None, SimpleNamespace(trial_id="x"))
+    assert low.seed_rungs({"y": [{"epoch": 1, "val_loss": 0.1}],
+                           "z": [{"epoch": 1, "val_loss": 0.2}]}, "val_loss", "min") == 2
+    assert low.on_trial_result(None, SimpleNamespace(trial_id="x"),
+                               {"epoch": 1, "val_loss": 0.3}) == STOP

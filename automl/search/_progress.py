@@ -26,11 +26,21 @@ def _end_line(path: Path) -> None:
                 f.write(b"\n")
 
 
+def add_report(rows: list[dict[str, Any]], row: dict[str, Any]) -> None:
+    """Append one epoch report to a trial's ``rows``. A trial that resumed from a
+    checkpoint re-reports epochs it had already run: a report for epoch ``e`` drops the
+    rows of epochs ``>= e`` first, so the rows are always epochs ``1..e``, once each, as
+    the trial last ran them (even when ASHA stopped the re-run earlier than the first)."""
+    while rows and rows[-1]["epoch"] >= row["epoch"]:
+        rows.pop()
+    rows.append(row)
+
+
 def load_history(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """Per-trial epoch rows from ``trials.jsonl``; an epoch reported twice (a trial that
-    resumed from a checkpoint after a crash) keeps its last report. A torn last line
-    (the driver killed mid-write) is skipped."""
-    rows: dict[str, dict[int, dict[str, Any]]] = {}
+    """Per-trial epoch rows from ``trials.jsonl``, in file order through
+    :func:`add_report` (the rule the live callback follows). A torn last line (the
+    driver killed mid-write) is skipped."""
+    rows: dict[str, list[dict[str, Any]]] = {}
     if Path(path).exists():
         for line in Path(path).read_text().splitlines():
             try:
@@ -39,8 +49,8 @@ def load_history(path: Path) -> dict[str, list[dict[str, Any]]]:
                 continue
             trial = rec.pop("trial_id")
             rec.pop("time", None)
-            rows.setdefault(trial, {})[int(rec["epoch"])] = rec
-    return {t: [r[e] for e in sorted(r)] for t, r in rows.items()}
+            add_report(rows.setdefault(trial, []), rec)
+    return rows
 
 
 class SweepProgress(Callback):
@@ -87,10 +97,7 @@ class SweepProgress(Callback):
                                       "train_time_s", "eval_time_s", "setup_s", "checkpoint_path",
                                       "restored_from_epoch", "world_size", "worker_nodes")
                if k in result}
-        rows = self.history.setdefault(trial.trial_id, [])
-        while rows and rows[-1]["epoch"] >= row["epoch"]:  # resumed: drop the re-run epochs
-            rows.pop()
-        rows.append(row)
+        add_report(self.history.setdefault(trial.trial_id, []), row)
         self._file.write(json.dumps({"trial_id": trial.trial_id, "time": time.time(), **row}) + "\n")
         value = result.get(self.metric)
         if value is not None and (value > self.best if self.mode == "max" else value < self.best):

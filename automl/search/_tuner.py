@@ -15,7 +15,6 @@ import numpy as np
 import optuna
 import ray
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.optuna import OptunaSearch
 from rich.console import Console
 
@@ -24,29 +23,13 @@ from automl.search._progress import SweepProgress
 from automl.search._resources import Admission, admit_trials, trial_bundles
 from automl.search._result import DIVERGED, FAILED, SearchResult, TrialRecord, end_state
 from automl.search._sampler import make_sampler
+from automl.search._scheduler import ResumableASHA, make_scheduler
 from automl.search._trainable import DataRef, TrialData, run_trial
 from automl.space import TrialConfig, define_by_run
 from automl.spec import Experiment
 
 STUDY_DB = "study.db"
 logger = logging.getLogger(__name__)
-
-
-def make_scheduler(exp: Experiment):
-    """ASHA (Li et al. 2020) with its budget in epochs, or FIFO when ``scheduler.type: none``.
-
-    ``grace_period`` is the first rung (epochs every trial gets), each later rung
-    keeps the top 1/``reduction_factor`` of trials reaching it, up to ``max_epochs``.
-    """
-    sch = exp.scheduler
-    if sch.type == "none":
-        return FIFOScheduler()
-    return ASHAScheduler(
-        time_attr="epoch",
-        max_t=exp.max_epochs,
-        grace_period=sch.grace_period,
-        reduction_factor=sch.reduction_factor,
-    )
 
 
 class _OptunaSearch(OptunaSearch):
@@ -245,6 +228,10 @@ def run_search(
     experiment = f"{storage}/tune"
     if resume and tune.Tuner.can_restore(experiment):
         tuner = _restore(experiment, trainable, [progress, *(callbacks or [])])
+        scheduler = tuner._local_tuner._tune_config.scheduler  # unpickled, rungs empty
+        if isinstance(scheduler, ResumableASHA):
+            n = scheduler.seed_rungs(progress.history, exp.search.metric, exp.search.mode)
+            console.print(f"  ASHA rungs rebuilt from trials.jsonl: {n} rung results", highlight=False)
     t0 = time.perf_counter()
     try:
         grid = tuner.fit()
