@@ -106,13 +106,16 @@ def new_job_id(name: str) -> str:
 
 
 def entrypoint(job_id: str, args: dict[str, str | int | None], python: str = "python") -> str:
-    """The job's shell command: write the shipped spec to a temporary file, then
-    ``python -m automl search FILE --flag value ...`` (values shell-quoted; ``python``
-    is the cluster's interpreter, found on the head's PATH)."""
+    """The job's shell command (POSIX ``sh``): write the shipped spec to a temporary
+    file, run ``python -m automl search FILE --flag value ...`` (values shell-quoted;
+    ``python`` is the cluster's interpreter, found on the head's PATH), and delete the
+    file when the shell exits, also when the job is stopped (SIGTERM, SIGINT). The run
+    directory keeps its own copy of the spec, which ``automl resume`` reads."""
     spec = f'"${{TMPDIR:-/tmp}}/{job_id}.yaml"'
     flags = " ".join(f"--{k.replace('_', '-')} {shlex.quote(str(v))}"
                      for k, v in args.items() if v is not None)
-    return (f"printf '%s' \"${SPEC_ENV}\" > {spec} && "
+    return (f"trap 'rm -f {spec}' EXIT && trap 'exit 143' TERM INT && "
+            f"printf '%s' \"${SPEC_ENV}\" > {spec} && "
             f"{shlex.quote(python)} -m automl search {spec}" + (f" {flags}" if flags else ""))
 
 

@@ -5,7 +5,9 @@ the one-line errors that need no cluster."""
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 
 import pytest
 from _rayhead import start_head
@@ -40,10 +42,17 @@ def _run(*args: str):
     return runner.invoke(app, list(args), catch_exceptions=False)
 
 
+def _spec_copy(job_id: str) -> Path:
+    """Where a job on the local test head writes its spec (``jobs.entrypoint``)."""
+    return Path(os.environ.get("TMPDIR", "/tmp")) / f"{job_id}.yaml"
+
+
 def test_entrypoint_and_runtime_env():
     cmd = jobs.entrypoint("automl-x-1", {"name": "n 1", "output": "/mnt/runs", "num_samples": 4,
                                          "warm_start": None})
-    assert cmd == ('printf \'%s\' "$AUTOML_SPEC_YAML" > "${TMPDIR:-/tmp}/automl-x-1.yaml" && '
+    assert cmd == ('trap \'rm -f "${TMPDIR:-/tmp}/automl-x-1.yaml"\' EXIT && '
+                   "trap 'exit 143' TERM INT && "
+                   'printf \'%s\' "$AUTOML_SPEC_YAML" > "${TMPDIR:-/tmp}/automl-x-1.yaml" && '
                    'python -m automl search "${TMPDIR:-/tmp}/automl-x-1.yaml" '
                    "--name 'n 1' --output /mnt/runs --num-samples 4")
     env = jobs.runtime_env("name: x\n", jobs.repo_root(), None)
@@ -103,6 +112,7 @@ def test_submit_follows_the_logs_to_success(head, tmp_path):
     status = _run("status", job_id, "--address", head.dashboard_url)
     assert status.exit_code == 0 and status.output.startswith(f"{job_id}: SUCCEEDED (")
     assert f"results: {tmp_path / 'runs'}/j1" in status.output
+    assert not _spec_copy(job_id).exists()  # the job's temporary spec file is gone
     print(f"submit + tiny job, followed to the end: {took:.1f}s")
 
 
@@ -132,3 +142,4 @@ def test_stop_ends_a_long_job(head, tmp_path):
     assert time.monotonic() - t0 < 60
     again = _run("stop", job_id, "--address", head.dashboard_url)
     assert again.exit_code == 0 and again.output.strip() == f"{job_id} had already ended: STOPPED"
+    assert not _spec_copy(job_id).exists()  # removed when the job was stopped, too
