@@ -258,11 +258,14 @@ def compress(
         "still come from RUN_DIR/spec.yaml)"),
 ) -> None:
     """Re-run the compression chain alone on RUN_DIR's winner; rewrites RUN_DIR/compression/
-    and the compression section of RUN_DIR/summary.json."""
+    and the compression section of RUN_DIR/summary.json, and registers the accepted models
+    as children of the run's registered winner."""
     with _cli_errors():
         from automl.compress.job import compress_run
+        from automl.publish import register_recompressed
 
         compress_run(run_dir, spec, console=console)
+        register_recompressed(run_dir, console)
 
 
 from automl._cli_jobs import register as _register_job_commands  # noqa: E402

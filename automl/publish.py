@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 
+from automl._io import write_json
 from automl.registry import CHECKPOINT, EXPORT, ModelVersion, Registry, now
 from automl.rundir import compression, cv_table, measured_models, winner
 from automl.spec import Experiment
@@ -45,6 +46,15 @@ def _locate(run_dir: Path, path: str | None) -> Path | None:
     return hits[0] if hits else None
 
 
+def _base_lineage(run_dir: Path, summary: dict) -> dict[str, Any]:
+    """What every version registered from one run shares: sweep, run dir, spec and data
+    hashes, metric."""
+    return {"sweep": Path(run_dir).name, "run_dir": str(Path(run_dir).resolve()),
+            "spec_sha256": summary.get("spec_sha256"),
+            "data_sha256": (summary.get("data") or {}).get("sha256"),
+            "metric": summary.get("metric")}
+
+
 def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
                  target: WandbTarget | None = None) -> list[ModelVersion]:
     """Register the run's winner as ``<registry.name>@n`` and each accepted compressed
@@ -62,10 +72,7 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
     mine = next((c for c in (cv or {}).get("candidates", [])
                  if c["trial_id"] == chosen["trial_id"]), None)
     best = summary.get("best") or {}
-    base = {"sweep": sweep, "run_dir": str(Path(run_dir).resolve()),
-            "spec_sha256": summary.get("spec_sha256"),
-            "data_sha256": (summary.get("data") or {}).get("sha256"),
-            "metric": summary.get("metric")}
+    base = _base_lineage(run_dir, summary)
     lineage = {**base, "kind": "winner", "trial_id": chosen["trial_id"],
                "params": chosen["params"], "config": chosen["config"],
                "search_val": best.get("val") if best.get("trial_id") == chosen["trial_id"]
@@ -81,7 +88,23 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
     win = reg.register(name, files, format=CHECKPOINT,
                        lineage=lineage,
                        tracking=_tracking(target, chosen["trial_id"], name, ["best", sweep]))
-    versions = [win]
+    return [win, *register_compressed(reg, exp, run_dir, summary, win, target)]
+
+
+def register_compressed(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
+                        parent: ModelVersion, target: WandbTarget | None = None
+                        ) -> list[ModelVersion]:
+    """Register each accepted model of the run's compression chain as
+    ``<registry.name>-<NN_stage>@m``, its lineage pointing at ``parent`` (the winner's
+    version). An accepted model whose exported files are missing is skipped.
+
+    Returns:
+        The new versions, in chain order (empty without a chain).
+    """
+    name = exp.registry.name or exp.name
+    chosen, sweep = winner(summary), Path(run_dir).name
+    base = _base_lineage(run_dir, summary)
+    versions = []
     chain = compression(run_dir, summary)
     accepted = [r for r in measured_models(chain) if r["status"] == "accepted"] if chain else []
     for row in accepted:
@@ -103,8 +126,42 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
                      "export_name": export_name, "test": {"accuracy": row.get("accuracy")},
                      "measurement": measurement, "cv": None,
                      "compression": recipe.get("lineage") or [export_name],
-                     "parent": win.ref, "run_finished_at": now()},
+                     "parent": parent.ref, "run_finished_at": now()},
             tracking=_tracking(target, chosen["trial_id"], child, [sweep])))
+    return versions
+
+
+def register_recompressed(run_dir: Path, console: Console) -> list[ModelVersion]:
+    """After ``automl compress RUN_DIR``: register the new chain's accepted models as
+    children of the winner version the run registered (``summary.json`` ``registry``),
+    and add them to that section. W&B is not logged to again (the sweep's runs are
+    closed); the registry's lineage records the new chain.
+
+    Returns:
+        The new versions; empty when ``registry.enabled`` is false or the run
+        registered no winner (said on ``console``).
+
+    Raises:
+        RegistryError: the run's winner version is no longer in the registry.
+    """
+    from automl.rundir import read_summary
+    from automl.spec import load_spec
+
+    run_dir = Path(run_dir)
+    exp, summary = load_spec(run_dir / "spec.yaml"), read_summary(run_dir)
+    section = summary.get("registry") or {}
+    if not exp.registry.enabled or not section.get("winner"):
+        console.print("registry: the run registered no winner; compressed models not "
+                      "registered", highlight=False)
+        return []
+    reg = Registry(section.get("dir") or registry_dir(exp, run_dir))
+    versions = register_compressed(reg, exp, run_dir, summary, reg.get(section["winner"]))
+    section["versions"] = [*section.get("versions", []), *(v.ref for v in versions)]
+    summary["registry"] = section
+    write_json(run_dir / "summary.json", summary)
+    if versions:
+        console.print(f"registry {', '.join(v.ref for v in versions)} in {reg.root}  "
+                      f"(parent {section['winner']})", highlight=False)
     return versions
 
 

@@ -20,6 +20,7 @@ from automl.compress import job
 from automl.data import fit_transform, load_dataset, split_indices
 from automl.errors import SpecError
 from automl.pipeline import choose_run_dir, run_main_job
+from automl.registry import CHECKPOINT, Registry
 from automl.space import TrialConfig
 from automl.spec import load_spec
 from automl.train import TrainState, fit, to_tensors
@@ -231,10 +232,24 @@ def test_automl_compress_reruns_from_a_finished_run_dir(finished, tmp_path):
         src = run_dir / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, copy / name)
     shutil.copytree(run_dir / "compression", copy / "compression")
+    reg = Registry(tmp_path / "registry")  # the run had registered its winner
+    win = reg.register("tinyc", {"model.pt": copy / "best" / "model.pt"}, format=CHECKPOINT,
+                       lineage={})
+    summary_file = json.loads((copy / "summary.json").read_text())
+    summary_file["registry"] = {"dir": str(reg.root), "winner": win.ref, "versions": [win.ref]}
+    (copy / "summary.json").write_text(json.dumps(summary_file))
     other = write_spec(tmp_path, "compression:\n  latency_repeats: 3\n  stages:\n"
                                  "    - {stage: quantize, method: dynamic}\n", "other.yaml")
     result = CliRunner().invoke(app, ["compress", str(copy), "--spec", str(other)])
     assert result.exit_code == 0, result.output
+    # the new chain's accepted model is registered as a child of the run's winner
+    child = reg.get("tinyc-01_quantize")
+    assert (child.ref, child.lineage["parent"], child.lineage["kind"]) == (
+        "tinyc-01_quantize@1", "tinyc@1", "compressed")
+    assert child.lineage["compression"][-1] == "01_quantize"
+    assert json.loads((copy / "summary.json").read_text())["registry"]["versions"] == [
+        "tinyc@1", "tinyc-01_quantize@1"]
+    assert f"registry tinyc-01_quantize@1 in {reg.root}  (parent tinyc@1)" in result.output
     again = json.loads((copy / "summary.json").read_text())["compression"]
     assert [(s["stage"], s["spec"].get("method")) for s in again["stages"]] == [
         ("quantize", "dynamic")]
