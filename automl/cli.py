@@ -173,6 +173,7 @@ RegistryDir = typer.Option("runs/registry", "--dir", help="registry folder")
 @registry_app.command("list")
 def registry_list(registry_dir: Path = RegistryDir) -> None:
     """List registered models: versions, latest, aliases, test accuracy of the latest."""
+    from rich import box
     from rich.table import Table
 
     from automl.registry import Registry
@@ -182,9 +183,9 @@ def registry_list(registry_dir: Path = RegistryDir) -> None:
     if not names:
         console.print(f"no models registered in {registry_dir}")
         return
-    table = Table(title=f"registry {registry_dir}")
-    for col in ("name", "versions", "latest", "aliases", "kind", "test accuracy", "created"):
-        table.add_column(col)
+    table = Table(title=f"registry {registry_dir}", box=box.SIMPLE_HEAD)
+    for col in ("name", "versions", "latest", "aliases", "kind", "test accuracy", "created (UTC)"):
+        table.add_column(col, no_wrap=col in ("name", "created (UTC)"))
     for name in names:
         versions = reg.versions(name)
         last = versions[-1]
@@ -192,8 +193,10 @@ def registry_list(registry_dir: Path = RegistryDir) -> None:
         acc = (last.lineage.get("test") or {}).get("accuracy")
         table.add_row(name, str(len(versions)), str(last.version), aliases or "-",
                       str(last.lineage.get("kind", "-")),
-                      f"{acc:.4f}" if isinstance(acc, float) else "-", last.created_at)
-    console.print(table)
+                      f"{acc:.4f}" if isinstance(acc, float) else "-",
+                      last.created_at.replace("T", " ").removesuffix("Z"))
+    # piped output would be cut at 80 columns: names and times must stay whole
+    (console if console.is_terminal else Console(width=200)).print(table)
 
 
 @registry_app.command("show")

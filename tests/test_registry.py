@@ -4,6 +4,7 @@ registration of a run's winner and compressed models, and the CLI. No Ray."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -207,8 +208,14 @@ def test_registry_cli(reg, tmp_path):
     d = ["--dir", str(reg.root)]
     res = run(app, ["registry", "promote", "digits@1", "--alias", "champion", *d])
     assert res.exit_code == 0 and "digits@1 is now digits@champion" in res.output
+    reg.register("digits-01_distill-and-a-long-name", {"model.pt": tmp_path / "m.pt"},
+                 format=CHECKPOINT, lineage={"kind": "compressed"})
     res = run(app, ["registry", "list", *d])
     assert res.exit_code == 0 and "champion->1" in res.output and "0.9000" in res.output
+    # piped output keeps whole names and times on one row each (not cut at 80 columns)
+    row = next(ln for ln in res.output.splitlines() if "long-name" in ln)
+    assert "digits-01_distill-and-a-long-name" in row and "compressed" in row
+    assert re.search(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d", row), row
     res = run(app, ["registry", "show", "digits@champion", *d])
     assert res.exit_code == 0
     shown = json.loads(res.output)
