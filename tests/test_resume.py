@@ -164,3 +164,35 @@ def test_asha_rungs_rebuilt_on_resume_judge_as_the_first_run_did():
                            "z": [{"epoch": 1, "val_loss": 0.2}]}, "val_loss", "min") == 2
     assert low.on_trial_result(None, SimpleNamespace(trial_id="x"),
                                {"epoch": 1, "val_loss": 0.3}) == STOP
+
+
+def test_checkpoints_and_rebuilt_rungs_sit_where_asha_judges_also_with_a_fractional_factor():
+    """With reduction_factor 2.5 the rungs are 1, 2.5, 6.25, 15.6 epochs; Ray's ASHA judges
+    a trial at its first report at or past a rung (epochs 1, 3, 7, 16), so a stopped
+    trial's last checkpoint is its last epoch only if checkpoints are taken there."""
+    from types import SimpleNamespace
+
+    from automl.search._scheduler import make_scheduler, rung_epochs
+    from automl.search._trainable import checkpoint_epochs
+    from automl.spec import Experiment
+
+    exp = Experiment.model_validate({"name": "x", "training": {"epochs": 20}, "scheduler": {
+        "grace_period": 1, "reduction_factor": 2.5, "max_epochs": 20}})
+    assert rung_epochs(exp) == [1, 3, 7, 16]
+    assert checkpoint_epochs(exp, 20) == {1, 3, 7, 16, 20}
+    assert checkpoint_epochs(exp, 5) == {1, 3, 5}
+    asha = make_scheduler(exp)
+    asha.set_search_properties("val_accuracy", "max")
+    trial = SimpleNamespace(trial_id="a")
+    asha.on_trial_add(None, trial)
+    judged = []
+    for epoch in range(1, 8):
+        asha.on_trial_result(None, trial, {"epoch": epoch, "val_accuracy": epoch / 10})
+        judged += [epoch] if sum("a" in r for _, r in asha._brackets[0]._rungs) > len(judged) else []
+    assert judged == [1, 3, 7]  # Ray's own decisions, at the epochs listed above
+    again = make_scheduler(exp)
+    assert again.seed_rungs({"a": [{"epoch": e, "val_accuracy": e / 10} for e in range(1, 8)]},
+                            "val_accuracy", "max") == 3
+    assert {m: r["a"] for m, r in again._brackets[0]._rungs if "a" in r} == {
+        1: 0.1, 2.5: 0.3, 6.25: 0.7}
+    assert rung_epochs(Experiment.model_validate({"name": "x", "scheduler": {"type": "none"}})) == []

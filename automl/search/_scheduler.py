@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
@@ -19,6 +20,9 @@ class ResumableASHA(ASHAScheduler):
     new process has seen. :meth:`seed_rungs` puts back what every trial reported at
     each rung (``trials.jsonl``). A trial that re-runs a rung it was seeded at is judged
     again there with its new value, as the first run judged it.
+
+    Source: ASHA, Li et al. 2020 ("A System for Massively Parallel Hyperparameter
+    Tuning"), as Ray Tune implements it (``ray.tune.schedulers.ASHAScheduler``).
     """
 
     def __init__(self, *args, **kwargs):
@@ -26,7 +30,8 @@ class ResumableASHA(ASHAScheduler):
         self._seeded: set[tuple[str, int]] = set()  # (trial id, rung) put back by seed_rungs
 
     def seed_rungs(self, history: dict[str, list[dict[str, Any]]], metric: str, mode: str) -> int:
-        """Record each trial's ``metric`` at every rung its ``history`` reached.
+        """Record each trial's ``metric`` at every rung its ``history`` reached, at the
+        epoch ASHA judged it there (:func:`judged_at`).
 
         Args:
             history: ``trial_id -> per-epoch rows`` (``epoch`` and ``metric`` keys), as
@@ -40,11 +45,12 @@ class ResumableASHA(ASHAScheduler):
         count = 0
         for bracket in self._brackets:  # one bracket unless `brackets` is set
             for rung, recorded in bracket._rungs:
+                epoch = judged_at(rung)
                 for trial_id, rows in history.items():
-                    value = next((r.get(metric) for r in rows if r["epoch"] == rung), None)
+                    value = next((r.get(metric) for r in rows if r["epoch"] == epoch), None)
                     if value is not None:
                         recorded[trial_id] = sign * float(value)
-                        self._seeded.add((trial_id, int(rung)))
+                        self._seeded.add((trial_id, epoch))
                         count += 1
         return count
 
@@ -54,9 +60,24 @@ class ResumableASHA(ASHAScheduler):
             self._seeded.discard((trial.trial_id, int(epoch)))
             for bracket in self._brackets:  # judged again at this rung, with its new value
                 for rung, recorded in bracket._rungs:
-                    if rung == epoch:
+                    if judged_at(rung) == int(epoch):
                         recorded.pop(trial.trial_id, None)
         return super().on_trial_result(tune_controller, trial, result)
+
+
+def judged_at(rung: float) -> int:
+    """The epoch at which ASHA judges a trial at ``rung``: its first report with
+    ``epoch >= rung`` (rungs are fractional when ``reduction_factor`` is)."""
+    return math.ceil(rung - 1e-9)
+
+
+def rung_epochs(exp: Experiment) -> list[int]:
+    """Epochs (ascending) at which ``exp``'s ASHA can stop a trial; empty for FIFO. Read
+    from Ray's own rungs (``grace_period * reduction_factor**k`` up to ``max_epochs``)."""
+    scheduler = make_scheduler(exp)
+    if not isinstance(scheduler, ASHAScheduler):
+        return []
+    return sorted({judged_at(rung) for b in scheduler._brackets for rung, _ in b._rungs})
 
 
 def make_scheduler(exp: Experiment):

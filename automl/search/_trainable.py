@@ -17,6 +17,7 @@ import ray
 import torch
 from ray import tune
 
+from automl.search._scheduler import rung_epochs
 from automl.space import TrialConfig
 from automl.spec import Experiment
 from automl.train import Guard, Shard, TrainState, TrialDiverged, fit, set_threads, to_tensors
@@ -37,20 +38,13 @@ class TrialData:
 
 
 def checkpoint_epochs(exp: Experiment, epochs: int) -> set[int]:
-    """Epochs after which a trial saves a checkpoint: ASHA's rungs (where a trial can be
-    stopped, so its last checkpoint is its last epoch) and the trial's final epoch.
+    """Epochs after which a trial saves a checkpoint: those where ASHA can stop it
+    (:func:`~automl.search._scheduler.rung_epochs`, so its last checkpoint is its last
+    epoch) and the trial's final epoch.
 
-    Rungs are ``grace_period * reduction_factor**k`` epochs (Li et al. 2020). Saving
-    only there keeps Tune's experiment-state snapshots (forced per checkpoint) rare.
+    Saving only there keeps Tune's experiment-state snapshots (forced per checkpoint) rare.
     """
-    keep = {epochs}
-    sch = exp.scheduler
-    if sch.type == "asha":
-        rung = float(sch.grace_period)
-        while rung < exp.max_epochs:
-            keep.add(int(round(rung)))
-            rung *= sch.reduction_factor
-    return {e for e in keep if e <= epochs}
+    return {e for e in rung_epochs(exp) if e <= epochs} | {epochs}
 
 
 @dataclass(frozen=True)
