@@ -74,18 +74,23 @@ def make_experiment(trials: int, quick: bool, out_dir: str, concurrency: int | s
     return load_spec(SPEC, o)
 
 
-def load_data(exp, arrays: bool = False):
-    """(train, val) tensors (numpy arrays with ``arrays``) and (input_shape, num_classes)
-    of the spec's split."""
+def load_arrays(exp):
+    """(X_train, y_train), (X_val, y_val) numpy arrays and (input_shape, num_classes) of
+    the spec's split, preprocessed as the product's trials get them."""
     from automl.data import fit_transform, load_dataset, split_indices
-    from automl.train import to_tensors
 
     ds = load_dataset(exp.data)
     s = split_indices(ds.y, exp.data.test_size, exp.data.val_size, exp.data.seed)
-    (X_tr, y_tr), (X_val, y_val) = fit_transform(ds, s.train, s.val)
-    if arrays:
-        return (X_tr, y_tr), (X_val, y_val), tuple(X_tr.shape[1:]), ds.num_classes
-    return to_tensors(X_tr, y_tr), to_tensors(X_val, y_val), tuple(X_tr.shape[1:]), ds.num_classes
+    train, val = fit_transform(ds, s.train, s.val)
+    return train, val, tuple(train[0].shape[1:]), ds.num_classes
+
+
+def load_data(exp):
+    """:func:`load_arrays` as torch tensors (``automl.train.to_tensors``)."""
+    from automl.train import to_tensors
+
+    train, val, shape, classes = load_arrays(exp)
+    return to_tensors(*train), to_tensors(*val), shape, classes
 
 
 def summarize(tool: str, records: list[dict], sweep_wall: float, slots: int, **extra) -> dict:
@@ -153,7 +158,7 @@ def run_automl_sweeps(sweeps: list[dict], quick: bool, tmp: Path) -> dict:
         run_dir.mkdir(parents=True)
         exp = make_experiment(sw["trials"], quick, str(tmp / "runs"), sw["concurrency"],
                               sw.get("overrides"))
-        (X_tr, y_tr), (X_val, y_val), shape, classes = load_data(exp, arrays=True)
+        (X_tr, y_tr), (X_val, y_val), shape, classes = load_arrays(exp)
         data = TrialData(X_tr, y_tr, X_val, y_val, shape, classes)
         result = run_search(exp, data, run_dir, admit_trials(exp.resources),
                             Console(quiet=True))
