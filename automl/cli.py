@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 
 from automl.errors import EXIT_INTERRUPTED, AutoMLError, SpecError
+from automl.registry import DEFAULT_REGISTRY
 
 app = typer.Typer(
     add_completion=False,
@@ -167,7 +168,7 @@ def resume(
 
 registry_app = typer.Typer(no_args_is_help=True, help="The local model registry.")
 app.add_typer(registry_app, name="registry")
-RegistryDir = typer.Option("runs/registry", "--dir", help="registry folder")
+RegistryDir = typer.Option(DEFAULT_REGISTRY, "--dir", help="registry folder")
 
 
 @registry_app.command("list")

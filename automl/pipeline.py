@@ -74,7 +74,8 @@ def check_same_data(run_dir: Path, data_info: dict) -> None:
 
 def find_unfinished(exp: Experiment, output: str | None, name: str | None) -> Path:
     """The run directory ``automl search SPEC --resume`` continues: ``<output>/<name>``, or
-    the most recent run of the spec's name (``name``, ``name-2``, ...) without a summary.
+    the most recent run of the spec's name (``name``, ``name-2``, ...) without a summary
+    (``summary.json``); when all have one, the most recent run, which says it finished.
 
     Raises:
         SpecError: no such run directory.
@@ -89,7 +90,9 @@ def find_unfinished(exp: Experiment, output: str | None, name: str | None) -> Pa
     if not cands:
         raise SpecError(f"no run of '{name or exp.name}' to resume in {root}", where="--resume",
                         fix="check --output/--name, or start a new run without --resume")
-    return max(cands, key=lambda p: p.stat().st_mtime)
+    # the newest unfinished run; when every run has finished, the newest (which says so)
+    unfinished = [p for p in cands if not (p / "summary.json").exists()]
+    return max(unfinished or cands, key=lambda p: p.stat().st_mtime)
 
 
 def check_storage(exp: Experiment, nodes: int) -> None:
@@ -263,7 +266,9 @@ def run_main_job(
         f"{s['mean']:.4f} ± {s['std']:.4f}; retrained on {final['test']['train_rows']} rows, "
         f"test accuracy={final['test']['accuracy']:.4f}"
         + (f", {cv.metric}={final['test'][cv.metric]:.4f}" if cv.metric != "accuracy" else "")
-        + f"; trials {result.counts()}; "
+        + "; trials " + ", ".join(f"{n} {state.replace('_', ' ')}" for state, n in
+                                  result.counts().items() if state != "total")
+        + f" of {result.counts()['total']}; "
         f"wall {summary['wall_time_s']:.0f}s; summary {run_dir / 'summary.json'}", highlight=False
     )
     return summary
@@ -320,12 +325,18 @@ def _select(exp: Experiment, dataset, splits, top, run_dir: Path, console):
 
 
 def print_leaderboard(console: Console, rows: list[dict], metric: str) -> None:
+    """The top trials as a table: the sampled params that differ between rows, per row;
+    those every row shares, once, in the caption (all are in ``leaderboard.json``)."""
     table = Table(title="leaderboard", show_lines=False)
     for col in ("rank", "trial", metric, "epochs", "end", "config"):
-        table.add_column(col)
-    # show what differs between the rows; what they share is in spec.yaml
+        # piped output is 80 columns: values wrap onto more lines rather than being cut
+        table.add_column(col, overflow="fold")
     keys = sorted({k for r in rows for k in r["params"]})
     varying = [k for k in keys if len({repr(r["params"].get(k)) for r in rows}) > 1] or keys
+    shared = [k for k in keys if k not in varying and all(k in r["params"] for r in rows)]
+    if shared:
+        table.caption = "every row: " + " ".join(
+            f"{k.split('.')[-1]}={_fmt(rows[0]['params'][k])}" for k in shared)
     for i, r in enumerate(rows, 1):
         value = r.get(metric)
         cfg = " ".join(f"{k.split('.')[-1]}={_fmt(r['params'][k])}" for k in varying

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from automl._io import write_json
-from automl.registry import CHECKPOINT, EXPORT, ModelVersion, Registry, now
+from automl.registry import CHECKPOINT, DEFAULT_REGISTRY, EXPORT, ModelVersion, Registry, now
 from automl.rundir import compression, cv_table, measured_models, winner
 from automl.spec import Experiment
 from automl.tracking import WandbTarget, log_winner, run_id
@@ -44,6 +44,11 @@ def _locate(run_dir: Path, path: str | None) -> Path | None:
         return Path(path)
     hits = [p for p in Path(run_dir).rglob(Path(path).name) if "tune" not in p.parts]
     return hits[0] if hits else None
+
+
+def _dir_flag(root: Path) -> str:
+    """`` --dir ROOT`` for a registry command, unless ROOT is the CLI's default."""
+    return "" if Path(root).resolve() == Path(DEFAULT_REGISTRY).resolve() else f" --dir {root}"
 
 
 def _base_lineage(run_dir: Path, summary: dict) -> dict[str, Any]:
@@ -161,7 +166,8 @@ def register_recompressed(run_dir: Path, console: Console) -> list[ModelVersion]
     write_json(run_dir / "summary.json", summary)
     if versions:
         console.print(f"registry {', '.join(v.ref for v in versions)} in {reg.root}  "
-                      f"(parent {section['winner']})", highlight=False)
+                      f"(parent {section['winner']}; automl registry show "
+                      f"{versions[0].ref}{_dir_flag(reg.root)})", highlight=False)
     return versions
 
 
@@ -178,7 +184,8 @@ def publish(exp: Experiment, run_dir: Path, summary: dict, target: WandbTarget |
         out["registry"] = {"dir": str(reg.root), "winner": versions[0].ref,
                            "versions": [v.ref for v in versions]}
         console.print(f"registry {', '.join(v.ref for v in versions)} in {reg.root}  "
-                      f"(automl registry show {versions[0].ref})", highlight=False)
+                      f"(automl registry show {versions[0].ref}{_dir_flag(reg.root)})",
+                      highlight=False)
     tracking: dict[str, Any] = {"backend": exp.tracking.backend,
                                 "tensorboard": (f"tensorboard --logdir {Path(run_dir) / 'tune'}"
                                                 if exp.tracking.tensorboard else None)}

@@ -35,6 +35,7 @@ from automl._io import UMASK, write_json
 from automl.errors import RegistryError
 
 CHECKPOINT = "automl.checkpoint/1"
+DEFAULT_REGISTRY = "runs/registry"  # the CLI's --dir default: <output.dir>/registry of the default
 EXPORT = "automl.export/1"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ALIAS = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shutil
 
 import pytest
@@ -309,3 +310,19 @@ def test_automl_compress_without_a_chain_asks_for_one(finished, tmp_path):
     assert result.exit_code == 2
     assert "compression.stages" in result.output and "--spec" in result.output
     assert not (run / "compression").exists()
+
+
+def test_console_table_shows_non_zero_parameters_only_when_pruning_left_zeros():
+    def row(name, nonzero):
+        return {"name": name, "params": 169834, "nonzero_params": nonzero, "macs": 4.5e6,
+                "size_bytes": 7e5, "latency_ms_b1": 0.8, "latency_ms_b64": 9.7,
+                "val_accuracy": 0.99, "test_accuracy": 0.99, "cv_accuracy": None,
+                "agreement": 1.0}
+
+    for rows, shown in (([row("winner", 169834), row("01_prune", 85402)], True),
+                        ([row("winner", 169834), row("01_quantize", 169834)], False)):
+        console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+        job.print_compression(console, {"table": rows, "stages": [], "wall_time_s": 1.0,
+                                        "out_dir": "x"})
+        text = console.export_text()
+        assert ("non-zero" in text) is shown and ("85,402" in text) is shown, text

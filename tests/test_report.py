@@ -48,7 +48,8 @@ def make_run(tmp_path: Path, *, study: bool, cv: bool, compression: bool) -> Pat
                "best": {"trial_id": "t1", "params": {"training.lr": 0.01}},
                "test": {"accuracy": 0.93},
                "leaderboard": [{"trial_id": "t1", "val_accuracy": 0.9, "epochs": 4,
-                                "end_state": "completed", "params": {"training.lr": 0.01}}]}
+                                "end_state": "completed", "params": {
+                                    "training.lr": 0.01, "training.weight_decay": 2.58e-5}}]}
     if cv:
         summary["cv"] = {"metric": "accuracy", "winner": "t2", "reason": "best CV mean",
                          "candidates": [
@@ -61,6 +62,7 @@ def make_run(tmp_path: Path, *, study: bool, cv: bool, compression: bool) -> Pat
         m = {"params": 20000, "nonzero_params": 20000, "macs": 10**6, "size_bytes": 80000,
              "latency_ms_b1": 0.5, "latency_ms_b64": 4.0, "accuracy": 0.95}
         chain = {"teacher": {**m, "name": "00_teacher"}, "final_name": "02_quantize",
+                 "winner": {**m, "name": "winner", "val_accuracy": 1.0},  # saw the val rows
                  "stages": [{"index": 1, "stage": "prune", "status": "accepted",
                              "accuracy": 0.945, "accuracy_drop": 0.005,
                              "measurement": {**m, "name": "01_prune", "nonzero_params": 9000,
@@ -91,6 +93,9 @@ def test_full_report_has_every_figure_and_table(tmp_path):
     assert "<h2>Cross-validation</h2>" in html and "0.9200" in html  # t2's mean
     assert "<h2>Compression</h2>" in html and "<td>01_prune</td><td>accepted</td>" in html
     assert "<td>2 quantize</td><td>rejected</td>" in html
+    # the deployed winner trained on the validation rows: no validation score shown
+    assert "<td>winner</td><td>winner</td><td>-</td>" in html
+    assert "weight_decay=2.58e-05" in html and "lr=0.0100" in html  # tiny values not 0.0000
     assert "accuracy drop 0.0500 &gt; max 0.0100" in html
     assert f"optuna-dashboard sqlite:///{(run_dir / 'study.db').resolve()}" in html
 
@@ -132,3 +137,27 @@ def test_unreadable_summary_is_a_one_line_error(tmp_path, broken):
     (tmp_path / "summary.json").write_text(broken)
     res = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert res.exit_code == 2 and "summary.json" in res.output
+
+
+def test_console_leaderboard_keeps_every_value_whole_at_80_columns():
+    """Piped output is 80 columns wide: values wrap, none is cut to '1.19…'; params every
+    row shares are said once, under the table."""
+    from rich.console import Console
+
+    from automl.pipeline import print_leaderboard
+
+    params = {"training.lr": 0.0361234, "training.weight_decay": 1.19e-5, "training.momentum": 0.81,
+              "training.nesterov": True, "training.optimizer": "sgd", "model.family": "resnet"}
+    rows = [{"trial_id": f"t{i}", "val_accuracy": 0.99 - i / 100, "epochs": 6,
+             "end_state": "completed",
+             "params": {**params, "training.weight_decay": params["training.weight_decay"] * (i + 1),
+                        "training.lr": params["training.lr"] / (i + 1)}} for i in range(3)]
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    print_leaderboard(console, rows, "val_accuracy")
+    text = console.export_text()
+    assert "…" not in text
+    for cell in ("weight_decay=1.19e-05", "weight_decay=2.38e-05", "lr=0.0361", "lr=0.012"):
+        assert cell in text, text
+    assert "every row: family=resnet momentum=0.81 nesterov=True optimizer=sgd" in " ".join(
+        text.split())
+    assert "momentum" not in text.split("every row:")[0]  # not repeated in every row

@@ -196,3 +196,27 @@ def test_checkpoints_and_rebuilt_rungs_sit_where_asha_judges_also_with_a_fractio
     assert {m: r["a"] for m, r in again._brackets[0]._rungs if "a" in r} == {
         1: 0.1, 2.5: 0.3, 6.25: 0.7}
     assert rung_epochs(Experiment.model_validate({"name": "x", "scheduler": {"type": "none"}})) == []
+
+
+def test_resume_without_a_name_picks_the_newest_unfinished_run(tmp_path):
+    from automl.errors import SpecError
+    from automl.pipeline import find_unfinished
+    from automl.spec import Experiment
+
+    exp = Experiment.model_validate({"name": "x"})
+    for i, (run, finished) in enumerate([("x", True), ("x-2", False), ("x-3", True),
+                                         ("x-4", False), ("x-5", True), ("xy", False)]):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "spec.yaml").write_text("name: x\n")
+        if finished:
+            (tmp_path / run / "summary.json").write_text("{}")
+        os.utime(tmp_path / run, (1000 + i, 1000 + i))
+    assert find_unfinished(exp, str(tmp_path), None).name == "x-4"  # not x-5 (finished), not xy
+    assert find_unfinished(exp, str(tmp_path), "x-2").name == "x-2"
+    (tmp_path / "x-2" / "summary.json").write_text("{}")
+    (tmp_path / "x-4" / "summary.json").write_text("{}")
+    for run, t in (("x-2", 1001), ("x-4", 1003)):  # writing a summary touches the folder
+        os.utime(tmp_path / run, (t, t))
+    assert find_unfinished(exp, str(tmp_path), None).name == "x-5"  # all finished: the newest
+    with pytest.raises(SpecError, match="no run of 'z' to resume"):
+        find_unfinished(exp, str(tmp_path), "z")

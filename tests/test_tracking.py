@@ -102,6 +102,9 @@ def test_redaction_of_env_secrets_and_credential_patterns(monkeypatch, tmp_path)
 
 
 # ------------------------------------------------------------------ after the main job
+OUTPUT: dict[str, str] = {}  # what the main job printed, by fixture
+
+
 @pytest.fixture(scope="module")
 def main_job(ray_cluster, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tracking")
@@ -111,8 +114,21 @@ def main_job(ray_cluster, tmp_path_factory):
         mp.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # a closed port: no network
         exp = load_spec(write_spec(tmp, TINY))
         run_dir = choose_run_dir(exp, str(tmp / "runs"), None)
-        summary = run_main_job(exp, run_dir, console=Console(quiet=True))
+        with open(os.devnull, "w") as sink:
+            console = Console(record=True, file=sink, width=200, soft_wrap=True)
+            summary = run_main_job(exp, run_dir, console=console)
+        OUTPUT["main_job"] = console.export_text()
         yield exp, run_dir, summary, json.loads((run_dir / "trials.json").read_text())
+
+
+def test_main_job_ends_with_one_readable_line(main_job):
+    _, run_dir, summary, _ = main_job
+    last = OUTPUT["main_job"].strip().splitlines()[-1]
+    counts = summary["trials"]
+    assert last.startswith(f"winner trial {summary['winner']['trial_id']} "), last
+    assert (f"; trials {counts['completed']} completed, {counts['stopped_early']} stopped early, "
+            f"{counts['failed']} failed, {counts['diverged']} diverged of {counts['total']}; ") in last
+    assert last.endswith(f"summary {run_dir / 'summary.json'}") and "{" not in last
 
 
 def test_one_offline_wandb_run_per_trial_with_its_epochs(main_job):

@@ -182,7 +182,10 @@ def print_compression(console: Console, section: dict) -> None:
     accepted one, its validation drop; for the others, the reason."""
     table = Table(title="compression (CPU p50 latency in ms; agree: test argmax vs 00_teacher)",
                   box=box.SIMPLE_HEAD, padding=0, show_edge=False)
-    cols = ("model", "params", "MACs", "file", "b1", "b64", "val", "test", "CV", "agree")
+    # unstructured pruning zeroes weights without removing them: show the non-zero count
+    sparse = any(r.get("nonzero_params") not in (None, r["params"]) for r in section["table"])
+    cols = ("model", "params", *(("non-zero",) if sparse else ()), "MACs", "file", "b1", "b64",
+            "val", "test", "CV", "agree")
     for col in cols:
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
 
@@ -190,7 +193,9 @@ def print_compression(console: Console, section: dict) -> None:
         return "-" if v is None else format(v, spec)
 
     for r in section["table"]:
-        table.add_row(r["name"], f(r["params"], ","), _si(r["macs"]), _si(r["size_bytes"], "B"),
+        nonzero = (f(r.get("nonzero_params"), ","),) if sparse else ()
+        table.add_row(r["name"], f(r["params"], ","), *nonzero, _si(r["macs"]),
+                      _si(r["size_bytes"], "B"),
                       f(r["latency_ms_b1"], ".3f"), f(r["latency_ms_b64"], ".2f"),
                       f(r["val_accuracy"], ".4f"), f(r["test_accuracy"], ".4f"),
                       f(r["cv_accuracy"], ".4f"), f(r["agreement"], ".4f"))

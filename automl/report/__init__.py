@@ -136,7 +136,9 @@ def _compression(chain: dict) -> str:
     rows = []
     for m in measured_models(chain):
         st = drops.get(m.get("name"), {})
-        rows.append([m.get("name", m["stage"]), m["status"], m.get("val_accuracy"),
+        # the deployed winner was trained on the validation rows: its score there says nothing
+        val = None if m["status"] == "winner" else m.get("val_accuracy")
+        rows.append([m.get("name", m["stage"]), m["status"], val,
                      st.get("val_accuracy_drop", st.get("accuracy_drop")), m.get("accuracy"),
                      m.get("params"), m.get("nonzero_params"), m.get("macs"),
                      m.get("size_bytes"), m.get("latency_ms_b1"), ""])

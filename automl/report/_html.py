@@ -19,11 +19,18 @@ code{background:#f4f4f4;padding:0 .2rem}.skip{color:#888;font-style:italic}
 
 
 def fmt(v: Any) -> str:
-    """A cell's text: floats to 4 significant decimals, None as a dash."""
+    """A cell's text, None as a dash. Floats: 4 decimals below 10 (scores: ``0.9944``),
+    2 up to 1e5 (seconds: ``211.73``), 3 significant digits when tiny (``2.58e-05``,
+    a weight decay), 4 significant digits when huge."""
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.4f}" if abs(v) < 1e5 else f"{v:.4g}"
+        a = abs(v)
+        if a == 0 or 1e-3 <= a < 10:
+            return f"{v:.4f}"
+        if a < 1e-3:
+            return f"{v:.3g}"
+        return f"{v:.2f}" if a < 1e5 else f"{v:.4g}"
     if isinstance(v, dict):
         return ", ".join(f"{k.split('.')[-1]}={fmt(x)}" for k, x in v.items())
     if isinstance(v, (list, tuple)):
