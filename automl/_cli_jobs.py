@@ -31,7 +31,7 @@ def register(app: typer.Typer, console: Console, err_console: Console,
         output: Optional[str] = typer.Option(
             None, help="folder for run directories, as the cluster sees it: a shared "
             "filesystem path (/mnt/runs) or the spec's output.dir"),
-        num_samples: Optional[int] = typer.Option(None, help="number of trials"),
+        num_samples: Optional[int] = typer.Option(None, min=1, help="number of trials"),
         warm_start: Optional[str] = typer.Option(
             None, help="previous run directory (on the cluster) or registry NAME@ALIAS"),
         follow: bool = typer.Option(True, help="stream the job's logs until it ends"),

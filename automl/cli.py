@@ -39,28 +39,44 @@ def _fail(error: AutoMLError) -> None:
 
 
 @contextlib.contextmanager
-def _cli_errors() -> Iterator[None]:
+def _cli_errors(spec: Path | None = None) -> Iterator[None]:
     """Every command's error rule: an :class:`AutoMLError` becomes one line and its exit
-    code (:func:`_fail`), Ctrl-C prints ``interrupted`` and exits 130."""
+    code (:func:`_fail`), Ctrl-C prints ``interrupted`` and exits 130. An error that names
+    only a key path of the spec (``selection.cv_folds``, found once the data were read) is
+    prefixed with ``spec``, the file it is in."""
     try:
         yield
     except AutoMLError as e:
+        if spec is not None and e.where and e.where.split(".")[0] in _spec_sections():
+            e.where = f"{spec}: {e.where}"
+            e.args = (e.one_line(),)
         _fail(e)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
+def _spec_sections() -> set[str]:
+    from automl.spec import Experiment
+
+    return set(Experiment.model_fields)
+
+
 @app.command()
 def validate(spec: Path = typer.Argument(..., help="experiment spec (YAML)")) -> None:
-    """Validate SPEC, print the resolved experiment and the size of its search space."""
+    """Validate SPEC (and that its data.path exists), print the resolved experiment and the
+    size of its search space."""
     import yaml
 
     from automl.space import describe
     from automl.spec import load_spec
 
-    with _cli_errors():
+    with _cli_errors(spec):
         exp = load_spec(spec)
+        if exp.data.path:  # a file source: `search` would stop on a missing file, so say it now
+            from automl.data import data_path
+
+            data_path(exp.data)
     console.print(yaml.safe_dump(exp.to_dict(), sort_keys=False), markup=False, highlight=False)
     info = describe(exp)
     size = "continuous (infinitely many)" if math.isinf(info["size"]) else f"{info['size']:,.0f}"
@@ -85,7 +101,7 @@ def search(
     spec: Path = typer.Argument(..., help="experiment spec (YAML)"),
     name: Optional[str] = typer.Option(None, help="run name (folder under --output)"),
     output: Optional[str] = typer.Option(None, help="folder for run directories"),
-    num_samples: Optional[int] = typer.Option(None, help="number of trials"),
+    num_samples: Optional[int] = typer.Option(None, min=1, help="number of trials"),
     address: Optional[str] = typer.Option(
         None, help="Ray cluster address (default: $RAY_ADDRESS, else start Ray locally)"
     ),
@@ -119,7 +135,7 @@ def search(
     overrides = {"search.num_samples": num_samples} if num_samples is not None else {}
     if warm_start is not None:
         overrides["nightly.warm_start"] = warm_start
-    with _cli_errors():
+    with _cli_errors(spec):
         exp = load_spec(spec, overrides)
         if exp.nightly.warm_start and not resume:  # a wrong path fails before Ray starts
             from automl.nightly import check_source

@@ -54,6 +54,11 @@ DATA = {
                          "data: {source: image_folder, path: imgs}\n", r"0\.png: "),
     "csv without path": ({}, "data: {source: csv, target: y}\nmodel: {family: mlp}\n",
                          r"data(\.path)?: "),
+    # found once the data are read: still one line, naming the spec file and the key
+    "class too small for the folds": (
+        {"d.csv": b"a,y\n" + b"".join(b"%d,%d\n" % (i, i < 4) for i in range(60))},
+        _csv_spec("d.csv") + "selection: {cv_folds: 5}\n",
+        r"spec\.yaml: selection\.cv_folds: class '1' has \d training rows?, fewer than the 5"),
 }
 
 EXTRA_SPECS = {

@@ -165,3 +165,23 @@ training:
     assert "30 configurations" in proc.stdout
     assert "when model.family == resnet" in proc.stdout
     assert "when training.optimizer == sgd" in proc.stdout
+
+
+def test_cli_validate_refuses_a_missing_data_file_in_one_line(tmp_path):
+    path = write_spec(tmp_path, "data: {source: csv, path: nowhere.csv, target: y}\n"
+                                "model: {family: mlp}\n")
+    proc = _cli("validate", str(path), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nowhere.csv: no such file or folder" in lines[0], proc.stderr
+    assert f"relative paths resolve against {tmp_path}" in lines[0]
+    (tmp_path / "nowhere.csv").write_text("a,y\n1,0\n")
+    assert _cli("validate", str(path), cwd=tmp_path).returncode == 0
+
+
+def test_cli_num_samples_below_one_is_blamed_on_the_flag(tmp_path):
+    path = write_spec(tmp_path, "name: x\n")
+    proc = _cli("search", str(path), "--num-samples", "0", "--output", str(tmp_path / "runs"),
+                cwd=tmp_path)
+    assert proc.returncode == 2 and "'--num-samples'" in proc.stderr, proc.stderr
+    assert str(path) not in proc.stderr and not (tmp_path / "runs").exists()

@@ -2,7 +2,7 @@
 train/validation/test split, preprocessing fitted on training rows only, and
 training-batch image augmentation.
 
-Public API: :class:`Dataset`, :func:`load_dataset`, :func:`drop_duplicates`,
+Public API: :class:`Dataset`, :func:`load_dataset`, :func:`data_path`, :func:`drop_duplicates`,
 :class:`Splits`, :func:`split_indices`, :func:`fit_transform`,
 :func:`fit_preprocessor`, :func:`save_preprocessor`, :func:`load_preprocessor`,
 :func:`make_augment` (imports torch when called).
@@ -10,6 +10,7 @@ Public API: :class:`Dataset`, :func:`load_dataset`, :func:`drop_duplicates`,
 
 from automl.data._augment import make_augment
 from automl.data._dataset import Dataset, drop_duplicates, load_dataset
+from automl.data._files import data_path
 from automl.data._preprocess import (
     PREPROCESSOR_FILE,
     fit_preprocessor,
@@ -24,6 +25,7 @@ __all__ = [
     "PREPROCESSOR_FILE",
     "Dataset",
     "Splits",
+    "data_path",
     "drop_duplicates",
     "fit_preprocessor",
     "fit_transform",

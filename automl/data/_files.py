@@ -19,16 +19,26 @@ from automl.data._dataset import Dataset
 from automl.errors import DataError
 
 
+def data_path(spec) -> Path:
+    """``spec.path`` (a ``DataSpec``'s) as a path that exists, ``~`` expanded.
+
+    Raises:
+        DataError: nothing is there (relative paths resolve against the working directory).
+    """
+    path = Path(spec.path).expanduser()
+    if not path.exists():
+        raise DataError("no such file or folder", where=str(path),
+                        fix=f"check data.path; relative paths resolve against {Path.cwd()}")
+    return path
+
+
 def load_file(spec) -> Dataset:
     """Read ``spec.path`` as ``spec.source`` (``csv``, ``parquet``, ``npz``, ``image_folder``).
 
     Raises:
         DataError: the path is missing, unreadable or malformed.
     """
-    path = Path(spec.path).expanduser()
-    if not path.exists():
-        raise DataError("no such file or folder", where=str(path),
-                        fix=f"check data.path; relative paths resolve against {Path.cwd()}")
+    path = data_path(spec)
     if spec.source == "image_folder":
         return load_image_folder(path, spec.image_size)
     if path.is_dir():
