@@ -64,8 +64,7 @@ def _spec_sections() -> set[str]:
 
 @app.command()
 def validate(spec: Path = typer.Argument(..., help="experiment spec (YAML)")) -> None:
-    """Validate SPEC (and that its data.path exists), print the resolved experiment and the
-    size of its search space."""
+    """Validate SPEC and its data.path; print the resolved spec and its search-space size."""
     import yaml
 
     from automl.space import describe
@@ -143,6 +142,7 @@ def search(
             check_source(exp.nightly.warm_start)
         from automl.pipeline import choose_run_dir, find_unfinished, run_main_job
 
+        _quiet_optuna()
         if resume:
             _resume(find_unfinished(exp, output, name), address, dashboard_host,
                     dashboard_port, metrics_port)
@@ -151,6 +151,13 @@ def search(
         run_main_job(exp, run_dir, address=address, console=console,
                      dashboard_host=dashboard_host, dashboard_port=dashboard_port,
                      metrics_port=metrics_port)
+
+
+def _quiet_optuna() -> None:
+    """Optuna's INFO lines ("A new study created in RDB ...") off: the CLI prints progress."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def _resume(run_dir: Path, address, dashboard_host="127.0.0.1", dashboard_port=8265,
@@ -162,6 +169,7 @@ def _resume(run_dir: Path, address, dashboard_host="127.0.0.1", dashboard_port=8
         console.print(f"{run_dir} already finished (summary.json exists); nothing to resume")
         return
     exp = load_spec(run_dir / "spec.yaml")
+    _quiet_optuna()
     console.print(f"resume {run_dir}")
     run_main_job(exp, run_dir, address=address, console=console, dashboard_host=dashboard_host,
                  dashboard_port=dashboard_port, metrics_port=metrics_port, resume=True)
@@ -173,8 +181,9 @@ def resume(
     address: Optional[str] = typer.Option(None, help="Ray cluster address"),
     dashboard_port: int = typer.Option(8265, help="port of the local Ray dashboard (0: any)"),
 ) -> None:
-    """Continue an unfinished run after a crash: finished trials are kept, unfinished
-    ones continue from their last checkpoint; a finished run is left as it is."""
+    """Continue an unfinished run after a crash; a finished run is left as it is.
+
+    Finished trials are kept; unfinished ones continue from their last checkpoint; ASHA and the study resume."""
     with _cli_errors():
         if not (run_dir / "spec.yaml").exists():
             raise SpecError("not a run directory (no spec.yaml)", where=str(run_dir),
@@ -277,9 +286,9 @@ def compress(
         None, help="spec whose compression section replaces the run's (data and split "
         "still come from RUN_DIR/spec.yaml)"),
 ) -> None:
-    """Re-run the compression chain alone on RUN_DIR's winner; rewrites RUN_DIR/compression/
-    and the compression section of RUN_DIR/summary.json, and registers the accepted models
-    as children of the run's registered winner."""
+    """Re-run compression alone on RUN_DIR's winner; register the accepted models.
+
+    Rewrites RUN_DIR/compression/ and summary.json; new models are children of the registered winner."""
     with _cli_errors():
         from automl.compress.job import compress_run
         from automl.publish import register_recompressed

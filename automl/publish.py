@@ -17,7 +17,7 @@ from rich.console import Console
 
 from automl._io import write_json
 from automl.registry import CHECKPOINT, DEFAULT_REGISTRY, EXPORT, ModelVersion, Registry, now
-from automl.rundir import compression, cv_table, measured_models, winner
+from automl.rundir import compression, cv_table, measured_models, read_trials, winner
 from automl.spec import Experiment
 from automl.tracking import WandbTarget, log_winner, run_id
 
@@ -51,6 +51,15 @@ def _dir_flag(root: Path) -> str:
     return "" if Path(root).resolve() == Path(DEFAULT_REGISTRY).resolve() else f" --dir {root}"
 
 
+def _search_val(run_dir: Path, best: dict, trial_id: str | None) -> dict | None:
+    """The chosen trial's last validation metrics in the search: the best trial's from the
+    summary, else its own from ``trials.json`` (cross-validation may choose another)."""
+    if best.get("trial_id") == trial_id:
+        return best.get("val")
+    mine = next((t for t in read_trials(run_dir) if t.get("trial_id") == trial_id), None)
+    return (mine or {}).get("metrics")
+
+
 def _base_lineage(run_dir: Path, summary: dict) -> dict[str, Any]:
     """What every version registered from one run shares: sweep, run dir, spec and data
     hashes, metric."""
@@ -80,8 +89,7 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
     base = _base_lineage(run_dir, summary)
     lineage = {**base, "kind": "winner", "trial_id": chosen["trial_id"],
                "params": chosen["params"], "config": chosen["config"],
-               "search_val": best.get("val") if best.get("trial_id") == chosen["trial_id"]
-               else None,
+               "search_val": _search_val(run_dir, best, chosen["trial_id"]),
                "test": chosen["test"],
                "cv": ({"metric": cv["metric"], "scores": mine["scores"], "mean": mine["mean"],
                        "std": mine["std"]} if mine else None),

@@ -167,13 +167,17 @@ def fake_run(tmp_path: Path, with_compression: bool) -> tuple[Path, dict, torch.
 
 def test_register_run_records_lineage_of_winner_and_compressed_models(reg, tmp_path):
     run_dir, summary, model = fake_run(tmp_path, with_compression=True)
+    (run_dir / "trials.json").write_text(json.dumps([  # CV chose t_00002, not the search's best
+        {"trial_id": "t_00001", "metrics": {"val_accuracy": 0.99}},
+        {"trial_id": "t_00002", "metrics": {"val_accuracy": 0.97}}]))
     exp = Experiment.model_validate({"name": "digits"})
     win, child = register_run(reg, exp, run_dir, summary)
     assert (win.ref, child.ref) == ("digits@1", "digits-01_distill@1")
     lin = win.lineage
     assert (lin["spec_sha256"], lin["data_sha256"], lin["trial_id"], lin["sweep"]) == (
         "ab" * 32, "cd" * 32, "t_00002", "nightly-3")
-    assert lin["params"] == {"training.lr": 0.01} and lin["search_val"] is None
+    assert lin["params"] == {"training.lr": 0.01}
+    assert lin["search_val"] == {"val_accuracy": 0.97}  # its own, from trials.json
     assert lin["cv"] == {"metric": "accuracy", "scores": [0.9, 0.8], "mean": 0.85, "std": 0.07}
     assert lin["parent"] is None and lin["compression"] == []
     c = child.lineage
