@@ -250,7 +250,8 @@ def test_automl_compress_reruns_from_a_finished_run_dir(finished, tmp_path):
     assert child.lineage["compression"][-1] == "01_quantize"
     assert json.loads((copy / "summary.json").read_text())["registry"]["versions"] == [
         "tinyc@1", "tinyc-01_quantize@1"]
-    assert f"registry tinyc-01_quantize@1 in {reg.root}  (parent tinyc@1)" in result.output
+    assert (f"registry tinyc-01_quantize@1 in {reg.root} (parent tinyc@1; automl registry "
+            f"show tinyc-01_quantize@1 --dir {reg.root})") in " ".join(result.output.split())
     again = json.loads((copy / "summary.json").read_text())["compression"]
     assert [(s["stage"], s["spec"].get("method")) for s in again["stages"]] == [
         ("quantize", "dynamic")]
