@@ -142,12 +142,12 @@ def search(
             check_source(exp.nightly.warm_start)
         from automl.pipeline import choose_run_dir, find_unfinished, run_main_job
 
-        _quiet_optuna()
         if resume:
             _resume(find_unfinished(exp, output, name), address, dashboard_host,
                     dashboard_port, metrics_port)
             return
         run_dir = choose_run_dir(exp, output, name)
+        _quiet_optuna()
         run_main_job(exp, run_dir, address=address, console=console,
                      dashboard_host=dashboard_host, dashboard_port=dashboard_port,
                      metrics_port=metrics_port)

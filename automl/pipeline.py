@@ -267,8 +267,8 @@ def run_main_job(
         f"test accuracy={final['test']['accuracy']:.4f}"
         + (f", {cv.metric}={final['test'][cv.metric]:.4f}" if cv.metric != "accuracy" else "")
         + "; trials " + ", ".join(f"{n} {state.replace('_', ' ')}" for state, n in
-                                  result.counts().items() if state != "total")
-        + f" of {result.counts()['total']}; "
+                                  summary["trials"].items() if state != "total")
+        + f" of {summary['trials']['total']}; "
         f"wall {summary['wall_time_s']:.0f}s; summary {run_dir / 'summary.json'}", highlight=False
     )
     return summary
@@ -300,7 +300,7 @@ def _select(exp: Experiment, dataset, splits, top, run_dir: Path, console):
     Folds are single-process Ray tasks with their own admission (one worker's resources)."""
     import torch
 
-    from automl.data import PREPROCESSOR_FILE, fit_preprocessor, save_preprocessor
+    from automl.data import PREPROCESSOR_FILE, save_preprocessor
     from automl.selection import cross_validate, print_cv_table, refit_and_test
 
     sel = exp.selection
@@ -316,10 +316,8 @@ def _select(exp: Experiment, dataset, splits, top, run_dir: Path, console):
     tmp = dst.with_name(f".model.pt.{os.getpid()}")
     torch.save(final["checkpoint"], tmp)
     os.replace(tmp, dst)
-    # tabular data: the preprocessing the refit used (fitted on the same rows, so equal)
-    pre = fit_preprocessor(dataset, splits.pool, exp.data.impute)
-    if pre is not None:
-        save_preprocessor(pre, dst.with_name(PREPROCESSOR_FILE))
+    if final["preprocessor"] is not None:  # tabular data: the preprocessing the refit used
+        save_preprocessor(final["preprocessor"], dst.with_name(PREPROCESSOR_FILE))
     write_json(run_dir / "confusion_matrix.json", final["confusion_matrix"])
     return cv, final
 
@@ -335,15 +333,18 @@ def print_leaderboard(console: Console, rows: list[dict], metric: str) -> None:
     varying = [k for k in keys if len({repr(r["params"].get(k)) for r in rows}) > 1] or keys
     shared = [k for k in keys if k not in varying and all(k in r["params"] for r in rows)]
     if shared:
-        table.caption = "every row: " + " ".join(
-            f"{k.split('.')[-1]}={_fmt(rows[0]['params'][k])}" for k in shared)
+        table.caption = "every row: " + _params_text(rows[0]["params"], shared)
     for i, r in enumerate(rows, 1):
         value = r.get(metric)
-        cfg = " ".join(f"{k.split('.')[-1]}={_fmt(r['params'][k])}" for k in varying
-                       if k in r["params"])
+        cfg = _params_text(r["params"], varying)
         table.add_row(str(i), r["trial_id"], f"{value:.4f}" if value is not None else "-",
                       str(r["epochs"]), r["end_state"], cfg)
     console.print(table)
+
+
+def _params_text(params: dict, keys: list[str]) -> str:
+    """``name=value`` of ``keys`` present in ``params``, by the last part of each key."""
+    return " ".join(f"{k.split('.')[-1]}={_fmt(params[k])}" for k in keys if k in params)
 
 
 def _fmt(v) -> str:

@@ -3,8 +3,9 @@ train/validation/test split, preprocessing fitted on training rows only, and
 training-batch image augmentation.
 
 Public API: :class:`Dataset`, :func:`load_dataset`, :func:`data_path`, :func:`drop_duplicates`,
-:class:`Splits`, :func:`split_indices`, :func:`fit_transform`,
-:func:`fit_preprocessor`, :func:`save_preprocessor`, :func:`load_preprocessor`,
+:class:`Splits`, :func:`split_indices`, :func:`fit_transform`, :func:`fit_apply`,
+:func:`fit_preprocessor`, :func:`apply_preprocessor`, :func:`save_preprocessor`,
+:func:`load_preprocessor`,
 :func:`make_augment` (imports torch when called).
 """
 
@@ -13,6 +14,8 @@ from automl.data._dataset import Dataset, drop_duplicates, load_dataset
 from automl.data._files import data_path
 from automl.data._preprocess import (
     PREPROCESSOR_FILE,
+    apply_preprocessor,
+    fit_apply,
     fit_preprocessor,
     fit_transform,
     load_preprocessor,
@@ -25,8 +28,10 @@ __all__ = [
     "PREPROCESSOR_FILE",
     "Dataset",
     "Splits",
+    "apply_preprocessor",
     "data_path",
     "drop_duplicates",
+    "fit_apply",
     "fit_preprocessor",
     "fit_transform",
     "load_dataset",

@@ -65,11 +65,25 @@ def fit_transform(
         or ``(n, F')`` where ``F'`` counts numeric columns plus one per category seen
         in ``fit_idx``; y int64 ``(n,)``.
     """
-    sets = (fit_idx, *apply_idx)
+    return fit_apply(data, fit_idx, *apply_idx, impute=impute)[1]
+
+
+def fit_apply(
+    data: Dataset, fit_idx: np.ndarray, *apply_idx: np.ndarray, impute=None
+) -> tuple[ColumnTransformer | None, list[tuple[np.ndarray, np.ndarray]]]:
+    """:func:`fit_transform` that also returns the preprocessor it fitted (None for image
+    data), for callers that keep it (the refit of the winner saves it)."""
     pre = fit_preprocessor(data, fit_idx, impute)
+    return pre, [apply_preprocessor(pre, data, i) for i in (fit_idx, *apply_idx)]
+
+
+def apply_preprocessor(pre: ColumnTransformer | None, data: Dataset,
+                       idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, y)`` of rows ``idx`` through a fitted preprocessor (``pre`` None: image data,
+    taken as they are); shapes as :func:`fit_transform` gives them."""
     if pre is None:
-        return [(data.X[i], data.y[i]) for i in sets]
-    return [(pre.transform(data.frame.iloc[i]).astype(np.float32), data.y[i]) for i in sets]
+        return data.X[idx], data.y[idx]
+    return pre.transform(data.frame.iloc[idx]).astype(np.float32), data.y[idx]
 
 
 def save_preprocessor(pre: ColumnTransformer, path: str | Path) -> Path:

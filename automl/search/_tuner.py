@@ -134,10 +134,14 @@ def make_searcher(exp: Experiment, run_dir: Path) -> OptunaSearch:
     )
 
 
-def _restore(experiment: str, trainable, callbacks: list) -> tune.Tuner:
+def _restore(experiment: str, trainable, progress: SweepProgress, callbacks: list,
+             exp: Experiment, console: Console) -> tune.Tuner:
     """Restore a Tune experiment whose driver died: finished trials are kept, unfinished
     ones resume from their last checkpoint, the searcher (and its Optuna study) resumes
-    from its saved state, and the number of trials stays the one requested.
+    from its saved state, ASHA's rungs are rebuilt from ``progress.history``
+    (:meth:`ResumableASHA.seed_rungs`; Tune saves no scheduler state), and the number of
+    trials stays the one requested. The only place that reaches into the restored
+    ``Tuner``'s private attributes.
 
     Raises:
         RunError: the saved state cannot be read (corrupt or from another version).
@@ -152,7 +156,11 @@ def _restore(experiment: str, trainable, callbacks: list) -> tune.Tuner:
             "in trials.json and study.db",
         ) from None
     # Tune restores the callbacks it pickled; use this process's (live console, files).
-    tuner._local_tuner._run_config.callbacks = callbacks
+    tuner._local_tuner._run_config.callbacks = [progress, *callbacks]
+    scheduler = tuner._local_tuner._tune_config.scheduler  # unpickled, rungs empty
+    if isinstance(scheduler, ResumableASHA):
+        n = scheduler.seed_rungs(progress.history, exp.search.metric, exp.search.mode)
+        console.print(f"  ASHA rungs rebuilt from trials.jsonl: {n} rung results", highlight=False)
     return tuner
 
 
@@ -227,11 +235,7 @@ def run_search(
     )
     experiment = f"{storage}/tune"
     if resume and tune.Tuner.can_restore(experiment):
-        tuner = _restore(experiment, trainable, [progress, *(callbacks or [])])
-        scheduler = tuner._local_tuner._tune_config.scheduler  # unpickled, rungs empty
-        if isinstance(scheduler, ResumableASHA):
-            n = scheduler.seed_rungs(progress.history, exp.search.metric, exp.search.mode)
-            console.print(f"  ASHA rungs rebuilt from trials.jsonl: {n} rung results", highlight=False)
+        tuner = _restore(experiment, trainable, progress, callbacks or [], exp, console)
     t0 = time.perf_counter()
     try:
         grid = tuner.fit()

@@ -238,8 +238,10 @@ def refit_and_test(
     preprocessing fitted there) as one Ray task and score it once on ``splits.test``.
 
     Returns:
-        ``{"checkpoint": dict (``TrainState.checkpoint`` format), "test": {scores...,
-        "loss", "rows", "train_rows"}, "confusion_matrix": {"classes", "matrix"}}``;
+        ``{"checkpoint": dict (``TrainState.checkpoint`` format), "preprocessor": the
+        ``ColumnTransformer`` fitted on ``splits.pool`` (None for image data), "test":
+        {scores..., "loss", "rows", "train_rows"}, "confusion_matrix": {"classes",
+        "matrix"}}``;
         ``matrix[i][j]`` counts test rows of class ``i`` predicted as ``j``.
 
     Raises:
@@ -259,7 +261,7 @@ def refit_and_test(
     test = {**out["scores"], "f1": out["scores"]["f1_macro"], "loss": out["loss"],
             "rows": out["n_eval"], "train_rows": out["n_train"],
             "train_time_s": out["train_time_s"]}
-    return {"checkpoint": out["checkpoint"], "test": test,
+    return {"checkpoint": out["checkpoint"], "preprocessor": out["preprocessor"], "test": test,
             "confusion_matrix": {"classes": list(data.classes), "rows": "true class",
                                  "columns": "predicted class", "matrix": matrix.tolist()}}
 

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from automl.data import Dataset, fit_transform
+from automl.data import Dataset, fit_apply
 from automl.selection._scores import classification_scores
 
 
@@ -31,13 +31,15 @@ def fit_and_score(
         cpus: torch intra-op threads.
         gpus: when > 0 and CUDA is available, trains on the GPU Ray assigned, with
             ``precision`` autocast (``fp32``, ``bf16``, ``fp16``).
-        keep_model: also return the checkpoint dict and the predictions.
+        keep_model: also return the checkpoint dict, the predictions and the fitted
+            preprocessor.
 
     Returns:
         ``scores`` (:func:`classification_scores`), ``loss`` (cross-entropy), ``epochs``,
         ``train_time_s`` (seconds in training steps), ``n_params``, ``n_train``,
-        ``n_eval``; with ``keep_model`` also ``checkpoint`` (tensors on the CPU) and
-        ``y_pred`` (list of int).
+        ``n_eval``; with ``keep_model`` also ``checkpoint`` (tensors on the CPU),
+        ``y_pred`` (list of int) and ``preprocessor`` (the ``ColumnTransformer`` fitted on
+        ``train_idx``; None for image data).
     """
     import torch
 
@@ -47,7 +49,7 @@ def fit_and_score(
 
     set_threads(cpus)
     device = "cuda" if gpus and torch.cuda.is_available() else "cpu"
-    (X_tr, y_tr), (X_ev, y_ev) = fit_transform(data, train_idx, eval_idx, impute=impute)
+    pre, ((X_tr, y_tr), (X_ev, y_ev)) = fit_apply(data, train_idx, eval_idx, impute=impute)
     cfg = TrialConfig.from_dict(config)
     state = TrainState.create(cfg, tuple(X_tr.shape[1:]), data.num_classes, len(y_tr),
                               wrap=lambda m: m.to(device))
@@ -71,6 +73,7 @@ def fit_and_score(
         ckpt = state.checkpoint({**out["scores"], "loss": out["loss"]})
         out["checkpoint"] = _to_cpu(ckpt)
         out["y_pred"] = [int(v) for v in y_pred]
+        out["preprocessor"] = pre
     return out
 
 
