@@ -67,9 +67,15 @@ def test_driver_killed_twice_then_resumed_loses_and_repeats_nothing(tmp_path):
     _kill_after(_start(["search", str(spec), *common], REPO), log, 3)  # kill 1: early
     before = len(_lines(log))
     _kill_after(_start(["search", str(spec), "--resume", *common], REPO), log, before + 6)
+    # CI once killed the driver while Tune copied its snapshot into the run dir (no rename):
+    # the newest search_gen_state was empty and Tune restored nothing. Tear it on purpose.
+    newest = max((run / "tune").glob("search_gen_state-*.json"))
+    newest.write_bytes(b"")
     proc = _start(["resume", str(run), "--dashboard-port", "0"], REPO)  # kill 2 survived
     output, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, output[-3000:]
+    name = re.escape(newest.name)  # mended from the killed driver's staging copy
+    assert re.search(rf"was torn: {name}.*; put back .*{name}.* from /", output), output
     assert re.search(r"ASHA rungs rebuilt from trials.jsonl: [1-9]\d* rung results", output), output
 
     summary = json.loads((run / "summary.json").read_text())

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import glob
-import logging
-import os
-import pickle
 import re
 import time
 from dataclasses import dataclass
@@ -24,12 +20,12 @@ from automl.search._resources import Admission, admit_trials, trial_bundles
 from automl.search._result import DIVERGED, FAILED, SearchResult, TrialRecord, end_state
 from automl.search._sampler import make_sampler
 from automl.search._scheduler import ResumableASHA, make_scheduler
+from automl.search._snapshots import mend_snapshots
 from automl.search._trainable import DataRef, TrialData, run_trial
 from automl.space import TrialConfig, define_by_run
 from automl.spec import Experiment
 
 STUDY_DB = "study.db"
-logger = logging.getLogger(__name__)
 
 
 class _OptunaSearch(OptunaSearch):
@@ -70,26 +66,6 @@ class _OptunaSearch(OptunaSearch):
         except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
             pass  # already finished in the study (a resumed sweep); keep its record
         self._completed_trials.add(trial_id)
-
-    def restore_from_dir(self, checkpoint_dir: str) -> None:
-        """Restore from the newest *readable* ``searcher-state-*.pkl``. Tune copies its
-        snapshot files into the run directory without an atomic rename, so a driver
-        killed mid-copy can leave the newest one empty; an older one still holds the
-        sampler and the study (whose trials live in SQLite and are always current).
-
-        Raises:
-            RuntimeError: no searcher state in ``checkpoint_dir`` can be read.
-        """
-        paths = sorted(glob.glob(os.path.join(checkpoint_dir, self.CKPT_FILE_TMPL.format("*"))),
-                       reverse=True)
-        for path in paths:
-            try:
-                self.restore(path)
-                return
-            except (EOFError, pickle.UnpicklingError, OSError) as e:
-                logger.warning("searcher state %s is unreadable (%s: %s); trying an older one",
-                               path, type(e).__name__, e)
-        raise RuntimeError(f"no readable searcher state in {checkpoint_dir}")
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if trial_id not in self._ot_trials:  # asked before an older state was restored
@@ -143,17 +119,23 @@ def _restore(experiment: str, trainable, progress: SweepProgress, callbacks: lis
     trials stays the one requested. The only place that reaches into the restored
     ``Tuner``'s private attributes.
 
+    Torn snapshot files (a driver killed while Tune copied them) are mended first
+    (:func:`~automl.search._snapshots.mend_snapshots`).
+
     Raises:
-        RunError: the saved state cannot be read (corrupt or from another version).
+        RunError: the saved state cannot be read (torn with no older session left, or
+            from another version).
     """
+    for line in mend_snapshots(experiment):
+        console.print(f"  {line}", highlight=False)
     try:
         tuner = tune.Tuner.restore(experiment, trainable=trainable, resume_unfinished=True,
                                    resume_errored=False, restart_errored=False)
     except Exception as e:  # noqa: BLE001 - any unpickling/format error
         raise RunError(
-            f"cannot restore the sweep state ({type(e).__name__}: {str(e)[:200]})",
+            f"cannot restore the sweep state ({type(e).__name__}: {' '.join(str(e).split())[:200]})",
             where=experiment, fix="start a new run (without --resume); finished trials are "
-            "in trials.json and study.db",
+            "in trials.jsonl and study.db",
         ) from None
     # Tune restores the callbacks it pickled; use this process's (live console, files).
     tuner._local_tuner._run_config.callbacks = [progress, *callbacks]
