@@ -133,26 +133,33 @@ def _choose(exp_dir: Path, session: str, roots: list[Path]) -> tuple[dict[str, P
     """
     stored = _files(exp_dir, session)
     kinds = [*REQUIRED, *(k for k in stored if k not in REQUIRED)]
-    staged = [_files(d, session) for d in _staging_folders(exp_dir, session, roots)]
-    torn = [p.name for p in stored.values() if not readable(p)]
-    why = ", ".join(torn + [f"{k} missing" for k in REQUIRED if k not in stored])
-    options: dict[str, list[tuple[Path, object]]] = {}
+    options: dict[str, list[tuple[Path, object]]] = {k: [] for k in kinds}
     errors: list[str] = []
-    for kind in kinds:
-        options[kind] = []
-        for path in ([stored[kind]] if kind in stored else []) + [f[kind] for f in staged if kind in f]:
-            if not readable(path):
-                continue
-            try:
-                options[kind].append((path, _load(path)))
-            except Exception as e:  # noqa: BLE001 - another version's classes, any unpickling error
-                if path.parent == exp_dir:  # a staging copy that does not load is just skipped
-                    errors.append(f"{path.name} cannot be loaded ({type(e).__name__}: "
-                                  f"{' '.join(str(e).split())[:160]})")
-    why = "; ".join(x for x in (f"torn: {why}" if why else "", *errors) if x)
-    if not why:  # whole and loadable: the first option of each kind is the stored file
+
+    def add(kind: str, path: Path) -> None:  # a whole, loadable version of ``kind``
+        if not readable(path):
+            return
+        try:
+            options[kind].append((path, _load(path)))
+        except Exception as e:  # noqa: BLE001 - another version's classes, any unpickling error
+            if path.parent == exp_dir:  # a staging copy that does not load is just skipped
+                errors.append(f"{path.name} cannot be loaded ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())[:160]})")
+
+    for kind, path in stored.items():
+        add(kind, path)
+    torn = [p.name for p in stored.values() if not readable(p)]
+    torn += [f"{k} missing" for k in REQUIRED if k not in stored]
+    why = "; ".join(([f"torn: {', '.join(torn)}"] if torn else []) + errors)
+    if not why:  # whole and loadable: is it one save?
         mismatch = _mismatch({k: options[k][0][1] for k in REQUIRED})
-        why = f"from two saves ({mismatch})" if mismatch else ""
+        if mismatch is None:
+            return dict(stored), ""
+        why = f"from two saves ({mismatch})"
+    for folder in _staging_folders(exp_dir, session, roots):
+        for kind, path in _files(folder, session).items():
+            if kind in options:
+                add(kind, path)
     for combo in itertools.product(*(options[k] for k in kinds)):
         picks = dict(zip(kinds, combo))
         if _mismatch({k: state for k, (_, state) in picks.items()}) is None:
