@@ -33,7 +33,6 @@ import os
 import pickletools
 import re
 import shutil
-from collections import defaultdict
 from pathlib import Path
 
 from automl.errors import RunError
@@ -122,40 +121,50 @@ def _staging_folders(experiment_dir: Path, session: str, roots: list[Path]) -> l
     return [p.parent for p in sorted(mine, key=lambda p: p.stat().st_mtime, reverse=True)]
 
 
-def _choose(exp_dir: Path, session: str, roots: list[Path]) -> tuple[dict[str, Path] | None, str]:
+TORN, UNLOADABLE, MIXED = "torn", "unloadable", "mixed"
+
+
+def _choose(exp_dir: Path, session: str, roots: list[Path]
+            ) -> tuple[dict[str, Path] | None, str | None, str]:
     """Pick, per kind, one whole and loadable version of ``session``'s files (the run
     directory's first, then staging copies, newest first) such that all come from one save:
     sound files are left as they are, and only what is torn or from another save is replaced.
 
     Returns:
-        ``(picks, why)``: ``picks`` is None when no such set exists; ``why`` says what was
-        wrong with the run directory's files ("" when nothing).
+        ``(picks, problem, why)``: ``picks`` (kind -> path) is None when no such set exists;
+        ``problem`` is what is wrong with the run directory's files (``TORN`` when a file is
+        torn or missing, else ``UNLOADABLE``, else ``MIXED``; None when they are sound) and
+        ``why`` says it in words.
     """
     stored = _files(exp_dir, session)
     kinds = [*REQUIRED, *(k for k in stored if k not in REQUIRED)]
     options: dict[str, list[tuple[Path, object]]] = {k: [] for k in kinds}
+    torn = [f"{k} missing" for k in REQUIRED if k not in stored]
     errors: list[str] = []
 
     def add(kind: str, path: Path) -> None:  # a whole, loadable version of ``kind``
+        mine = path.parent == exp_dir  # a staging copy that is torn or does not load is skipped
         if not readable(path):
+            if mine:
+                torn.append(path.name)
             return
         try:
             options[kind].append((path, _load(path)))
         except Exception as e:  # noqa: BLE001 - another version's classes, any unpickling error
-            if path.parent == exp_dir:  # a staging copy that does not load is just skipped
-                errors.append(f"{path.name} cannot be loaded ({type(e).__name__}: "
-                              f"{' '.join(str(e).split())[:160]})")
+            if mine:
+                errors.append(f"{path.name} cannot be loaded ({type(e).__name__}: {str(e)[:160]})")
 
     for kind, path in stored.items():
         add(kind, path)
-    torn = [p.name for p in stored.values() if not readable(p)]
-    torn += [f"{k} missing" for k in REQUIRED if k not in stored]
-    why = "; ".join(([f"torn: {', '.join(torn)}"] if torn else []) + errors)
-    if not why:  # whole and loadable: is it one save?
+    if torn:
+        problem, why = TORN, "; ".join([f"torn: {', '.join(torn)}", *errors])
+    elif errors:
+        problem, why = UNLOADABLE, "; ".join(errors)
+    else:
         mismatch = _mismatch({k: options[k][0][1] for k in REQUIRED})
         if mismatch is None:
-            return dict(stored), ""
-        why = f"from two saves ({mismatch})"
+            return dict(stored), None, ""
+        problem, why = MIXED, f"from two saves ({mismatch})"
     for folder in _staging_folders(exp_dir, session, roots):
         for kind, path in _files(folder, session).items():
             if kind in options:
@@ -163,8 +172,8 @@ def _choose(exp_dir: Path, session: str, roots: list[Path]) -> tuple[dict[str, P
     for combo in itertools.product(*(options[k] for k in kinds)):
         picks = dict(zip(kinds, combo))
         if _mismatch({k: state for k, (_, state) in picks.items()}) is None:
-            return {k: path for k, (path, _) in picks.items()}, why
-    return None, why
+            return {k: path for k, (path, _) in picks.items()}, problem, why
+    return None, problem, why
 
 
 def mend_snapshots(experiment_dir: str | Path, roots: list[Path] | None = None) -> list[str]:
@@ -185,39 +194,34 @@ def mend_snapshots(experiment_dir: str | Path, roots: list[Path] | None = None) 
     if "://" in str(experiment_dir) or not Path(experiment_dir).is_dir():
         return []
     exp_dir = Path(experiment_dir).resolve()
-    sessions: dict[str, list[Path]] = defaultdict(list)
-    for p in exp_dir.iterdir():
-        if m := SNAPSHOT.match(p.name):
-            sessions[m["session"]].append(p)
+    sessions = {m["session"] for p in exp_dir.iterdir() if (m := SNAPSHOT.match(p.name))}
     if not sessions:
         return []
     roots = roots if roots is not None else staging_roots()
     actions: list[str] = []
     for session in sorted(sessions, reverse=True):  # Tune restores the newest
-        picks, why = _choose(exp_dir, session, roots)
+        picks, problem, why = _choose(exp_dir, session, roots)
         if picks is not None:
-            put_back = {k: p for k, p in picks.items() if p.parent != exp_dir}
-            for path in put_back.values():
+            put_back = [p for p in picks.values() if p.parent != exp_dir]
+            for path in put_back:
                 tmp = exp_dir / f".{path.name}.mend"
                 shutil.copyfile(path, tmp)
                 os.replace(tmp, exp_dir / path.name)
             if put_back:
-                froms = sorted({str(p.parent) for p in put_back.values()})
+                froms = sorted({str(p.parent) for p in put_back})
                 actions.append(f"snapshot of session {session} was {why} "
                                "(driver killed while Tune copied it); put back "
-                               f"{', '.join(p.name for p in put_back.values())} from "
-                               f"{', '.join(froms)}")
+                               f"{', '.join(p.name for p in put_back)} from {', '.join(froms)}")
             return actions
-        stored = _files(exp_dir, session)
-        if all(readable(p) for p in stored.values()) and all(k in stored for k in REQUIRED):
-            if "cannot be loaded" in why:  # Tune would log it and restart the experiment
-                raise RunError(f"Tune's snapshot {why}", where=str(exp_dir),
-                               fix="resume with the automl and Ray versions that wrote it, or "
-                               "start a new run (without --resume)")
+        if problem == UNLOADABLE:  # Tune would log it and restart the experiment
+            raise RunError(f"Tune's snapshot {why}", where=str(exp_dir),
+                           fix="resume with the automl and Ray versions that wrote it, or "
+                           "start a new run (without --resume)")
+        if problem == MIXED:
             actions.append(f"snapshot of session {session} is {why} and has no staging copy "
                            "from one save; restoring it as it is")
             return actions
-        for path in sessions[session]:
+        for path in _files(exp_dir, session).values():
             path.rename(path.with_name(path.name + UNREADABLE))
         actions.append(f"snapshot of session {session} was {why} and has no whole staging "
                        f"copy; set aside as *{UNREADABLE}, restoring the session before it")

@@ -133,7 +133,7 @@ def _restore(experiment: str, trainable, progress: SweepProgress, callbacks: lis
                                    resume_errored=False, restart_errored=False)
     except Exception as e:  # noqa: BLE001 - any unpickling/format error
         raise RunError(
-            f"cannot restore the sweep state ({type(e).__name__}: {' '.join(str(e).split())[:200]})",
+            f"cannot restore the sweep state ({type(e).__name__}: {str(e)[:200]})",
             where=experiment, fix="start a new run (without --resume); finished trials are "
             "in trials.jsonl and study.db",
         ) from None
