@@ -52,3 +52,18 @@ def _finite(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]
     return obj
+
+
+def append_jsonl(path: str | Path, obj: Any) -> None:
+    """Append ``obj`` as one JSON line (secrets redacted) to ``path``, ending a torn last
+    line first (a killed writer), so a reader skips at most that one line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = redact_text(json.dumps(_finite(obj), default=str)) + "\n"
+    with open(path, "ab+") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell():
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.write(line.encode("utf-8"))

@@ -122,7 +122,7 @@ def search(
     ),
 ) -> None:
     """Run the sweep SPEC describes and write a run directory with summary.json."""
-    from automl.runtime import is_loopback
+    from automl.cluster import is_loopback
     from automl.spec import load_spec
 
     if not is_loopback(dashboard_host):
@@ -140,7 +140,8 @@ def search(
             from automl.nightly import check_source
 
             check_source(exp.nightly.warm_start)
-        from automl.pipeline import choose_run_dir, find_unfinished, run_main_job
+        from automl.nightly import run_job
+        from automl.pipeline import choose_run_dir, find_unfinished
 
         if resume:
             _resume(find_unfinished(exp, output, name), address, dashboard_host,
@@ -148,9 +149,9 @@ def search(
             return
         run_dir = choose_run_dir(exp, output, name)
         _quiet_optuna()
-        run_main_job(exp, run_dir, address=address, console=console,
-                     dashboard_host=dashboard_host, dashboard_port=dashboard_port,
-                     metrics_port=metrics_port)
+        run_job(exp, run_dir, address=address, console=console,
+                dashboard_host=dashboard_host, dashboard_port=dashboard_port,
+                metrics_port=metrics_port)
 
 
 def _quiet_optuna() -> None:
@@ -162,7 +163,7 @@ def _quiet_optuna() -> None:
 
 def _resume(run_dir: Path, address, dashboard_host="127.0.0.1", dashboard_port=8265,
             metrics_port=None) -> None:
-    from automl.pipeline import run_main_job
+    from automl.nightly import run_job
     from automl.spec import load_spec
 
     if (run_dir / "summary.json").exists():
@@ -171,8 +172,8 @@ def _resume(run_dir: Path, address, dashboard_host="127.0.0.1", dashboard_port=8
     exp = load_spec(run_dir / "spec.yaml")
     _quiet_optuna()
     console.print(f"resume {run_dir}")
-    run_main_job(exp, run_dir, address=address, console=console, dashboard_host=dashboard_host,
-                 dashboard_port=dashboard_port, metrics_port=metrics_port, resume=True)
+    run_job(exp, run_dir, address=address, console=console, dashboard_host=dashboard_host,
+            dashboard_port=dashboard_port, metrics_port=metrics_port, resume=True)
 
 
 @app.command()

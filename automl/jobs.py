@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
 
+from automl.cluster._ray_private import CHATTY_JOB_LOGGERS as _CHATTY
 from automl.errors import EXIT_BAD_INPUT, AutoMLError, ResourceError, RunError
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -34,8 +35,7 @@ SPEC_ENV = "AUTOML_SPEC_YAML"
 EXCLUDES = [".venv", "runs", ".git", "benchmarks/results", "wandb", "**/__pycache__",
             "*.egg-info", ".pytest_cache", ".ruff_cache"]
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
-_CHATTY = ("ray.dashboard.modules.job.sdk", "ray.dashboard.modules.dashboard_sdk",
-           "ray._private.runtime_env.packaging", "ray._private.runtime_env.working_dir")
+
 
 
 class JobNotFound(AutoMLError):
@@ -68,7 +68,7 @@ def connect(address: str | None):
     from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
-    from automl._raytoken import TOKEN_FIX, use_cluster_token
+    from automl.cluster._token import TOKEN_FIX, use_cluster_token
 
     url = resolve_address(address)
     use_cluster_token()

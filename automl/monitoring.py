@@ -1,12 +1,12 @@
 """Live sweep metrics on Ray's metrics endpoint, for the Ray dashboard and Prometheus.
 
-A driver-side Tune callback publishes, through ``ray.util.metrics``:
+A sink of the sweep's ledger publishes from the driver, through ``ray.util.metrics``:
 
 * ``automl_trials{sweep, state}``: trials ``running``, ``completed``,
   ``stopped_early`` (by ASHA) and ``failed``;
 * ``automl_best_metric{sweep, metric}``: the best value of the search metric so far;
 * ``automl_epochs_per_second{sweep}``: epochs reported by all trials / seconds since the
-  first trial started.
+  sweep (this session) started.
 
 Ray exports them (prefixed ``ray_``) in Prometheus text format on each node's metrics
 port (``RayHandle.metrics_url``) every ``RAY_metrics_report_interval_ms`` (at least 1 s).
@@ -17,33 +17,24 @@ visible through long epochs and after the search (while the driver lives).
 
 from __future__ import annotations
 
-import math
 import threading
-import time
 import urllib.request
-from collections.abc import Callable
 
-from ray.tune import Callback
-
-from automl.spec import Experiment
-from automl.tracking._callbacks import end_state
+from automl.search import SweepView, TrialLog
 
 STATES = ("running", "completed", "stopped_early", "failed")
 
 
-class SweepMetrics(Callback):
-    """Publishes a sweep's trial counts, best metric and throughput (module docstring)."""
+class SweepMetrics:
+    """Publishes a sweep's trial counts, best metric and throughput (module docstring).
 
-    def __init__(self, sweep: str, exp: Experiment, clock: Callable[[], float] = time.monotonic,
-                 refresh_s: float = 1.0):
-        self.sweep, self.exp, self.clock, self.refresh_s = sweep, exp, clock, refresh_s
-        self.metric, self.mode = exp.search.metric, exp.search.mode
-        self.running: set[str] = set()
-        self.ended = {s: 0 for s in STATES[1:]}
-        self.epochs = 0
-        self._synced = False
-        self.best = math.nan
-        self.t0: float | None = None
+    A :class:`automl.search.TrialSink`: the counts are the ledger's (:class:`SweepView`),
+    diverged trials counted as failed.
+    """
+
+    def __init__(self, sweep: str, refresh_s: float = 1.0):
+        self.sweep, self.refresh_s = sweep, refresh_s
+        self.view: SweepView | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -59,13 +50,27 @@ class SweepMetrics(Callback):
         self._eps = Gauge("automl_epochs_per_second", tag_keys=("sweep",),
                           description="Epochs reported by all trials per second of sweep.")
 
+    def counts(self) -> dict[str, int]:
+        """Trials per state of the last view (``running``, ``completed``, ``stopped_early``,
+        ``failed``; diverged counted as failed)."""
+        v = self.view
+        if v is None:
+            return dict.fromkeys(STATES, 0)
+        e = v.ended
+        return {"running": v.running, "completed": e["completed"],
+                "stopped_early": e["stopped_early"], "failed": e["failed"] + e["diverged"]}
+
+    def epochs_per_second(self) -> float:
+        v = self.view
+        return v.epochs / v.elapsed_s if v is not None and v.elapsed_s > 0 else 0.0
+
     def publish(self) -> None:
         with self._lock:
-            counts = {"running": len(self.running), **self.ended}
-            for state, n in counts.items():
+            for state, n in self.counts().items():
                 self._trials.set(n, tags={"sweep": self.sweep, "state": state})
-            if not math.isnan(self.best):
-                self._best.set(self.best, tags={"sweep": self.sweep, "metric": self.metric})
+            if self.view is not None and self.view.best is not None:
+                self._best.set(self.view.best, tags={"sweep": self.sweep,
+                                                     "metric": self.view.metric})
             self._eps.set(self.epochs_per_second(), tags={"sweep": self.sweep})
 
     def _refresh(self) -> None:
@@ -82,68 +87,28 @@ class SweepMetrics(Callback):
             except Exception:  # Ray shutting down under us: stop refreshing
                 return
 
-    def close(self) -> None:
-        """Stop re-publishing (the values then age out of Ray's endpoint)."""
-        self._stop.set()
-
-    def epochs_per_second(self) -> float:
-        if self.t0 is None:
-            return 0.0
-        return self.epochs / max(self.clock() - self.t0, 1e-9)
-
-    def on_step_begin(self, iteration, trials, **info):
-        """Once, at the first step: count trials that ended before a resumed sweep restarted
-        (Tune sends no events for them); their epochs stay out of the throughput."""
-        if self._synced:
-            return
-        self._synced = True
-        for t in trials:
-            if t.status in ("TERMINATED", "ERROR"):
-                self.ended["failed" if t.status == "ERROR" else end_state(t, self.exp)] += 1
-                self._consider((t.last_result or {}).get(self.metric))
-
-    def _consider(self, value) -> None:
-        if value is not None and (math.isnan(self.best) or
-                                  (value > self.best if self.mode == "max" else value < self.best)):
-            self.best = float(value)
-
-    def on_trial_start(self, iteration, trials, trial, **info):
-        if self.t0 is None:
-            self.t0 = self.clock()
+    def _update(self, sweep: SweepView) -> None:
+        self.view = sweep
         if self._thread is None and self.refresh_s > 0:
             self._thread = threading.Thread(target=self._refresh, daemon=True,
                                             name=f"automl-metrics-{self.sweep}")
             self._thread.start()
-        self.running.add(trial.trial_id)
         self.publish()
 
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.epochs += 1
-        self._consider(result.get(self.metric))
-        self.publish()
+    def start(self, trial: TrialLog, sweep: SweepView) -> None:
+        self._update(sweep)
 
-    def _end(self, trial, state: str) -> None:
-        if trial.trial_id in self.running:
-            self.running.discard(trial.trial_id)
-            self.ended[state] += 1
-        self.publish()
+    def log(self, trial: TrialLog, row: dict, sweep: SweepView) -> None:
+        self._update(sweep)
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        self._end(trial, end_state(trial, self.exp))
+    def finish(self, trial: TrialLog, sweep: SweepView) -> None:
+        self._update(sweep)
 
-    def on_trial_error(self, iteration, trials, trial, **info):
-        self._end(trial, "failed")
-
-    def __getstate__(self) -> dict:
-        # Tune pickles callbacks into its experiment state; gauges are process-local.
-        return {k: v for k, v in self.__dict__.items()
-                if k not in ("_trials", "_best", "_eps", "clock", "_stop", "_lock", "_thread")}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.clock, self._thread = time.monotonic, None
-        self._stop, self._lock = threading.Event(), threading.Lock()
-        self._make_gauges()
+    def close(self, sweep: SweepView | None = None) -> None:
+        """Stop re-publishing (the values then age out of Ray's endpoint)."""
+        if sweep is not None:
+            self.view = sweep
+        self._stop.set()
 
 
 def scrape(url: str, timeout: float = 5.0) -> dict[tuple[str, frozenset], float]:

@@ -1,7 +1,9 @@
-"""The main job, stage by stage: data -> search -> best model on the held-out test split.
+"""The main job, stage by stage: data -> search -> cross-validation -> refit on the
+held-out test split -> compression -> registry and tracking.
 
-Each stage writes its result into the run directory (atomically), so a reader of
-``summary.json`` needs nothing else.
+Each stage returns a frozen result, saved in ``<run_dir>/stages/<name>.json`` (atomically);
+the next stage, a resumed run, the report and the registry read those. ``summary.json``
+is composed from them (:func:`compose_summary`), so a reader needs nothing else.
 """
 
 from __future__ import annotations
@@ -10,14 +12,21 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from automl._io import write_json, write_text
 from automl.errors import DataError, ResourceError, RunError, SpecError
+from automl.search._result import SearchResult
+from automl.selection._cv import CVResult
 from automl.spec import IMAGE_FAMILIES, Experiment
+
+#: the folder of a run directory that holds each finished stage's result
+STAGES = "stages"
 
 
 def choose_run_dir(exp: Experiment, output: str | None, name: str | None) -> Path:
@@ -116,6 +125,100 @@ def spec_hash(exp: Experiment) -> str:
     return hashlib.sha256(json.dumps(exp.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The data of a run, loaded, cleaned and split, and the arrays the search trains on
+    (preprocessing fitted on the train rows only).
+
+    Attributes:
+        dataset: the ``automl.data.Dataset``; splits: its ``Splits``; info: the
+            ``data.json`` description; search_data: the search's ``TrialData`` arrays
+            ``(X_train, y_train, X_val, y_val)``.
+    """
+
+    dataset: Any
+    splits: Any
+    info: dict
+    search_data: tuple
+
+
+def prepare(exp: Experiment, console: Console) -> Prepared:
+    """Load and clean the data, split it (the test split is never searched on), check the
+    fold plan (tiny classes fail here, before any cluster time is spent) and fit the
+    search's preprocessing on the train rows.
+
+    Raises:
+        DataError: the data cannot be loaded, or a class is too small for the split or folds.
+    """
+    from automl.data import fit_transform, load_dataset, split_indices
+    from automl.selection import make_folds
+
+    dataset = load_dataset(exp.data)
+    _check_kind(exp, dataset)
+    splits = split_indices(dataset.y, exp.data.test_size, exp.data.val_size, exp.data.seed,
+                           classes=dataset.classes)
+    sel = exp.selection
+    make_folds(dataset.y, splits.pool, sel.cv_folds, sel.cv_repeats, exp.data.seed,
+               allow_fewer=sel.allow_fewer_folds, classes=dataset.classes)
+    (X_tr, y_tr), (X_val, y_val), _ = fit_transform(
+        dataset, splits.train, splits.val, splits.test, impute=exp.data.impute
+    )
+    info = {**dataset.describe(), "split": splits.sizes(),
+            "model_input_shape": list(X_tr.shape[1:])}  # after one-hot encoding
+    counts = ", ".join(f"{c}: {n}" for c, n in list(info["class_counts"].items())[:12])
+    console.print(f"data   {dataset.name}: {dataset.n_rows} rows, input {tuple(X_tr.shape[1:])}, "
+                  f"{dataset.num_classes} classes ({counts}); removed "
+                  f"{info['cleaning']['duplicate_rows']} duplicate and "
+                  f"{info['cleaning']['missing_target_rows']} unlabelled rows; "
+                  f"split {splits.sizes()}", highlight=False)
+    return Prepared(dataset, splits, info, (X_tr, y_tr, X_val, y_val))
+
+
+def start_run_dir(exp: Experiment, run_dir: Path, info: dict) -> None:
+    """Create the run directory with its ``spec.yaml`` (the resolved spec) and
+    ``data.json`` (what the data were: checksum, sizes, cleaning)."""
+    import yaml
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text(run_dir / "spec.yaml", yaml.safe_dump(exp.to_dict(), sort_keys=False))
+    write_json(run_dir / "data.json", info)
+
+
+class Stages:
+    """The main job's stages, each finished one saved as ``stages/<name>.json``
+    (``{"stage", "wall_s", "finished_at", "result"}``, the stage's frozen result as JSON).
+    On resume a stage whose file exists is not run again: its saved result is used."""
+
+    def __init__(self, run_dir: Path, resume: bool, console: Console):
+        self.dir, self.resume, self.console = Path(run_dir) / STAGES, resume, console
+
+    def saved(self, name: str) -> dict | None:
+        path = self.dir / f"{name}.json"
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except ValueError:  # written atomically, so only a hand-edit gets here
+            return None
+
+    def run(self, name: str, fn, load=None):
+        """``fn()`` (returns an object with ``to_dict()``, or a dict), or, on resume, the
+        result this stage saved before (``load(dict)`` rebuilds the object)."""
+        rec = self.saved(name) if self.resume else None
+        if rec is not None:
+            self.console.print(f"resume stage {name} finished before ({rec['wall_s']:.0f} s); "
+                               "kept", highlight=False)
+            return load(rec["result"]) if load else rec["result"]
+        t0 = time.perf_counter()
+        result = fn()
+        data = result.to_dict() if hasattr(result, "to_dict") else result
+        write_json(self.dir / f"{name}.json", {
+            "stage": name, "wall_s": round(time.perf_counter() - t0, 3),
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "result": data})
+        return result
+
+
 def run_main_job(
     exp: Experiment,
     run_dir: Path,
@@ -126,55 +229,48 @@ def run_main_job(
     dashboard_port: int = 8265,
     metrics_port: int | None = None,
     resume: bool = False,
+    prepared: Prepared | None = None,
+    init_weights: dict | None = None,
 ) -> dict:
     """Load and clean data, run the search on Ray, cross-validate the top k, retrain the
-    winner on all training rows (train + validation) and score it once on the test split.
+    winner on all training rows (train + validation) and score it once on the test split,
+    compress it, register and log it.
 
-    With ``resume``, ``run_dir`` is an unfinished run (its driver was killed): the Tune
-    experiment is restored (finished trials kept, unfinished ones continue from their
-    last checkpoint, the Optuna study keeps its history) and the later stages run again.
+    Each stage hands the next a frozen result, saved in ``stages/`` (:class:`Stages`);
+    ``summary.json`` is composed from them (:func:`compose_summary`). With ``resume``,
+    ``run_dir`` is an unfinished run (its driver was killed): the Ray instance it left is
+    stopped, finished stages are kept, the search continues from the run directory
+    (:func:`automl.search.run_search`), cross-validation at its first unscored fold.
+
+    Args:
+        prepared: the data, when a caller (the nightly driver) loaded them already.
+        init_weights: ``{"arch", "state_dict"}`` that trials of that architecture start
+            from (transfer learning; ``automl.models.load_matching_weights``).
 
     Returns:
         The summary dict also written to ``<run_dir>/summary.json``.
 
     Raises:
         DataError: the data cannot be loaded, or a class is too small for the split or
-            the folds (before Ray starts).
+            the folds (before Ray starts), or the data changed since a resumed run started.
         ResourceError: trials cannot be placed.
-        RunError: no trial finished, or cross-validation failed or timed out.
+        RunError: no trial finished, cross-validation failed or timed out, or the resumed
+            run's driver is still alive.
     """
-    import yaml
-
-    from automl.data import fit_transform, load_dataset, split_indices
-    from automl.selection import make_folds
+    from automl import cluster
 
     console = console or Console()
     t0 = time.perf_counter()
-    dataset = load_dataset(exp.data)
-    _check_kind(exp, dataset)
-    splits = split_indices(dataset.y, exp.data.test_size, exp.data.val_size, exp.data.seed,
-                           classes=dataset.classes)
-    # the fold plan is checked now (tiny classes), before any cluster time is spent
-    sel = exp.selection
-    make_folds(dataset.y, splits.pool, sel.cv_folds, sel.cv_repeats, exp.data.seed,
-               allow_fewer=sel.allow_fewer_folds, classes=dataset.classes)
-    (X_tr, y_tr), (X_val, y_val), _ = fit_transform(
-        dataset, splits.train, splits.val, splits.test, impute=exp.data.impute
-    )
-    data_info = {**dataset.describe(), "split": splits.sizes(),
-                 "model_input_shape": list(X_tr.shape[1:])}  # after one-hot encoding
-    counts = ", ".join(f"{c}: {n}" for c, n in list(data_info["class_counts"].items())[:12])
-    console.print(f"data   {dataset.name}: {dataset.n_rows} rows, input {tuple(X_tr.shape[1:])}, "
-                  f"{dataset.num_classes} classes ({counts}); removed "
-                  f"{data_info['cleaning']['duplicate_rows']} duplicate and "
-                  f"{data_info['cleaning']['missing_target_rows']} unlabelled rows; "
-                  f"split {splits.sizes()}", highlight=False)
-
-    from automl import runtime
-    from automl.search import admit_trials, run_search
-    from automl.search._trainable import TrialData
-
-    handle = runtime.connect(address, exp.resources.num_cpus, exp.resources.object_store_mb,
+    if resume:
+        line = cluster.stop_leftover(run_dir)
+        if line:
+            console.print(line, highlight=False)
+    prepared = prepared or prepare(exp, console)
+    dataset, splits, data_info = prepared.dataset, prepared.splits, prepared.info
+    if resume:
+        check_same_data(run_dir, data_info)
+    stages = Stages(run_dir, resume, console)
+    handle = cluster.connect(address, exp.resources.num_cpus, exp.resources.object_store_mb,
                              dashboard_host=dashboard_host, dashboard_port=dashboard_port,
                              metrics_export_port=metrics_port)
     try:
@@ -182,27 +278,24 @@ def run_main_job(
                       + (f"; dashboard {handle.dashboard_url}" if handle.dashboard_url else "")
                       + (f"; metrics {handle.metrics_url}" if handle.metrics_url else ""))
         # admission before anything is written: an impossible request leaves no run dir
-        admission = admit_trials(exp.resources)
+        admission = cluster.admit_trials(exp.resources)
         check_storage(exp, admission.nodes)
-        if resume:
-            check_same_data(run_dir, data_info)
-        else:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_text(run_dir / "spec.yaml", yaml.safe_dump(exp.to_dict(), sort_keys=False))
-            write_json(run_dir / "data.json", data_info)
-        from automl import nightly as nightly_hooks  # warm start, transfer, champion
+        if not (run_dir / "spec.yaml").exists():
+            start_run_dir(exp, run_dir, data_info)
+        cluster.record_instance(run_dir, handle)
+        from automl.tracking import wandb_target
+        from automl.tracking._sinks import WandbTrials, sweep_sinks
 
-        nightly = nightly_hooks.before_search(exp, run_dir, data_info, console, resume)
-        data = TrialData(X_tr, y_tr, X_val, y_val, tuple(X_tr.shape[1:]), dataset.num_classes,
-                         init=nightly.transfer)
-        console.print(f"search {exp.search.num_samples} trials, sampler {exp.search.sampler}, "
-                      f"scheduler {exp.scheduler.type}, {admission.max_concurrent} at a time, "
-                      f"run dir {run_dir}")
-        from automl.tracking._callbacks import sweep_callbacks
+        def note(line: str) -> None:
+            console.print(line, highlight=False, markup=False)
 
-        target, callbacks = sweep_callbacks(exp, run_dir)
-        result = run_search(exp, data, run_dir, admission, console, callbacks=callbacks,
-                            resume=resume)
+        target = wandb_target(exp, run_dir, note)
+        sinks = sweep_sinks(exp, run_dir, target, note)
+        result = stages.run("search", lambda: _search(exp, prepared, run_dir, admission,
+                                                      console, sinks, init_weights, resume),
+                            load=SearchResult.from_dict)
+        # a W&B server lost mid-sweep moved its sink offline: the winner logs there too
+        target = next((s.target for s in sinks if isinstance(s, WandbTrials)), target)
         write_json(run_dir / "trials.json", [t.to_dict() for t in result.trials])
         top = result.ranked[: exp.selection.top_k]
         leaderboard = [_row(t, result.metric) for t in top]
@@ -211,29 +304,91 @@ def run_main_job(
             raise RunError(f"no trial finished ({result.counts()}); see {run_dir}/trials.json",
                            where=str(run_dir))
         print_leaderboard(console, leaderboard, result.metric)
-        cv, final = _select(exp, dataset, splits, top, run_dir, console)
-        nightly_hooks.after_selection(exp, nightly, dataset, splits, cv, data_info, console)
+        cv = stages.run("cv", lambda: _cross_validate(exp, dataset, splits, top, run_dir,
+                                                      console), load=CVResult.from_dict)
+        refit = stages.run("refit", lambda: _refit(exp, dataset, splits, cv, result, run_dir))
     finally:
-        runtime.shutdown(handle)
+        cluster.shutdown(handle)
+        if handle.started:
+            cluster.forget_instance(run_dir)
     winner = cv.winner_candidate
     from automl.compress.job import compress_step  # the spec's chain, on the winner
 
-    compression = compress_step(exp, dataset, splits, run_dir, console=console,
-                                cv_accuracy=(winner.summary.get("accuracy") or {}).get("mean"))
-    summary = {
-        "name": exp.name,
-        "run_dir": str(run_dir),
-        "spec_sha256": spec_hash(exp),
-        "data": data_info,
-        "metric": result.metric,
-        "mode": result.mode,
-        "best": {
-            "trial_id": result.best.trial_id,
-            "params": result.best.params,
-            "config": result.best.config,
-            "epochs": result.best.epochs_run,
-            "val": result.best.metrics,
-        },
+    stages.run("compression", lambda: compress_step(
+        exp, dataset, splits, run_dir, console=console,
+        cv_accuracy=(winner.summary.get("accuracy") or {}).get("mean")) or {})
+    from automl.publish import publish
+
+    summary = compose_summary(exp, run_dir, data_info)
+    stages.run("publish", lambda: publish(exp, run_dir, summary, target, console))
+    summary = compose_summary(exp, run_dir, data_info, wall_time_s=time.perf_counter() - t0)
+    s = winner.summary[cv.metric]
+    test = refit["test"]
+    console.print(
+        f"winner trial {winner.trial_id} (search rank {winner.rank}): CV {cv.metric} "
+        f"{s['mean']:.4f} ± {s['std']:.4f}; retrained on {test['train_rows']} rows, "
+        f"test accuracy={test['accuracy']:.4f}"
+        + (f", {cv.metric}={test[cv.metric]:.4f}" if cv.metric != "accuracy" else "")
+        + "; trials " + ", ".join(f"{n} {state.replace('_', ' ')}" for state, n in
+                                  summary["trials"].items() if state != "total")
+        + f" of {summary['trials']['total']}; "
+        f"wall {summary['wall_time_s']:.0f}s; summary {run_dir / 'summary.json'}", highlight=False
+    )
+    return summary
+
+
+def _search(exp, prepared: Prepared, run_dir: Path, admission, console, sinks,
+            init_weights, resume: bool) -> SearchResult:
+    """The search stage (:func:`automl.search.run_search`), its events going to ``sinks``."""
+    from automl.search import run_search
+    from automl.search._trainable import TrialData
+
+    X_tr, y_tr, X_val, y_val = prepared.search_data
+    data = TrialData(X_tr, y_tr, X_val, y_val, tuple(X_tr.shape[1:]),
+                     prepared.dataset.num_classes, init=init_weights)
+    console.print(f"search {exp.search.num_samples} trials, sampler {exp.search.sampler}, "
+                  f"scheduler {exp.scheduler.type}, {admission.max_concurrent} at a time, "
+                  f"run dir {run_dir}")
+    return run_search(exp, data, run_dir, admission, console, sinks=sinks, resume=resume)
+
+
+def _cross_validate(exp: Experiment, dataset, splits, top, run_dir: Path, console):
+    """The CV stage: the top trials re-scored by k-fold CV (``cv.json``); each fold
+    training is logged to ``cv_folds.jsonl`` as it finishes."""
+    from automl.selection import cross_validate, print_cv_table
+
+    sel = exp.selection
+    console.print(f"cv     top {len(top)} trials, {sel.cv_folds} folds x {sel.cv_repeats} "
+                  f"repeat(s) on {len(splits.pool)} training rows"
+                  + (", fold halving" if sel.fold_halving else ""), highlight=False)
+    cv = cross_validate(exp, dataset, splits.pool, top, console=console,
+                        folds_log=run_dir / "cv_folds.jsonl")
+    write_json(run_dir / "cv.json", cv.to_dict())
+    print_cv_table(console, cv)
+    return cv
+
+
+def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path) -> dict:
+    """The refit stage: the CV winner retrained on train + validation rows and scored once
+    on the test split. Writes ``best/model.pt`` (with tabular data also
+    ``best/preprocessor.skops``) and ``confusion_matrix.json``; returns the ``winner``,
+    ``test`` and ``confusion_matrix`` sections of the summary."""
+    import torch
+
+    from automl.data import PREPROCESSOR_FILE, save_preprocessor
+    from automl.selection import refit_and_test
+
+    winner = cv.winner_candidate
+    final = refit_and_test(exp, dataset, splits, winner.config)
+    dst = run_dir / "best" / "model.pt"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".model.pt.{os.getpid()}")
+    torch.save(final["checkpoint"], tmp)
+    os.replace(tmp, dst)
+    if final["preprocessor"] is not None:  # tabular data: the preprocessing the refit used
+        save_preprocessor(final["preprocessor"], dst.with_name(PREPROCESSOR_FILE))
+    write_json(run_dir / "confusion_matrix.json", final["confusion_matrix"])
+    return {
         "winner": {
             "trial_id": winner.trial_id,
             "reason": cv.reason,
@@ -243,35 +398,69 @@ def run_main_job(
             "config": winner.config,
             "n_params": winner.n_params,
             "cv": winner.summary,
-            "checkpoint": str(run_dir / "best" / "model.pt"),
+            "checkpoint": str(dst),
             "trained_on": "train + validation rows",
         },
-        "cv": cv.to_dict(),
         "test": {**final["test"], "model": "CV winner retrained on train + validation rows"},
-        "compression": compression,
         "confusion_matrix": str(run_dir / "confusion_matrix.json"),
-        "trials": result.counts(),
-        "search": {k: v for k, v in result.to_dict().items() if k not in ("trials", "ranked")},
-        "leaderboard": leaderboard,
-        "wall_time_s": round(time.perf_counter() - t0, 2),
     }
-    from automl.publish import publish
 
-    summary.update(publish(exp, run_dir, summary, target, console))
-    summary.update(nightly_hooks.after_publish(exp, nightly, summary, console))
+
+def search_sections(result: dict) -> dict:
+    """The summary's sections from the search stage's result (``SearchResult.to_dict()``):
+    ``metric``, ``mode``, ``best``, ``trials`` (counts), ``search``, ``leaderboard``."""
+    r = SearchResult.from_dict(result)
+    best = r.best
+    return {
+        "metric": r.metric, "mode": r.mode,
+        "best": {"trial_id": best.trial_id, "params": best.params, "config": best.config,
+                 "epochs": best.epochs_run, "val": best.metrics} if best else None,
+        "trials": r.counts(),
+        "search": {k: v for k, v in result.items() if k not in ("trials", "ranked")},
+        "leaderboard": [_row(t, r.metric) for t in r.ranked],  # cut to top_k by the caller
+    }
+
+
+#: how each stage's saved result becomes sections of ``summary.json``
+SECTIONS = {
+    "search": search_sections,
+    "cv": lambda r: {"cv": r},
+    "refit": lambda r: dict(r),
+    "compression": lambda r: {"compression": r or None},
+    "publish": lambda r: dict(r),
+    "nightly": lambda r: dict(r),
+}
+
+
+def compose_summary(exp: Experiment, run_dir: Path, data_info: dict,
+                    wall_time_s: float | None = None) -> dict:
+    """``summary.json`` from the stages' saved results (``stages/<name>.json``), in stage
+    order, each through :data:`SECTIONS`, plus the run's identity and the stages' wall
+    times; written atomically and returned."""
+    stages = Stages(run_dir, True, Console(quiet=True))
+    summary: dict[str, Any] = {"name": exp.name, "run_dir": str(run_dir),
+                               "spec_sha256": spec_hash(exp), "data": data_info}
+    walls = {}
+    for name, sections in SECTIONS.items():
+        rec = stages.saved(name)
+        if rec is not None:
+            summary.update(sections(rec["result"]))
+            walls[name] = rec["wall_s"]
+    if "leaderboard" in summary:
+        summary["leaderboard"] = summary["leaderboard"][: exp.selection.top_k]
+    summary["stages_wall_s"] = walls
+    prior = (read_json(run_dir / "summary.json") or {}).get("wall_time_s")
+    summary["wall_time_s"] = round(wall_time_s if wall_time_s is not None
+                                   else prior or sum(walls.values()), 2)
     write_json(run_dir / "summary.json", summary)
-    s = winner.summary[cv.metric]
-    console.print(
-        f"winner trial {winner.trial_id} (search rank {winner.rank}): CV {cv.metric} "
-        f"{s['mean']:.4f} ± {s['std']:.4f}; retrained on {final['test']['train_rows']} rows, "
-        f"test accuracy={final['test']['accuracy']:.4f}"
-        + (f", {cv.metric}={final['test'][cv.metric]:.4f}" if cv.metric != "accuracy" else "")
-        + "; trials " + ", ".join(f"{n} {state.replace('_', ' ')}" for state, n in
-                                  summary["trials"].items() if state != "total")
-        + f" of {summary['trials']['total']}; "
-        f"wall {summary['wall_time_s']:.0f}s; summary {run_dir / 'summary.json'}", highlight=False
-    )
     return summary
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _row(t, metric: str) -> dict:
@@ -291,35 +480,6 @@ def _check_kind(exp: Experiment, dataset) -> None:
     if not exp.data.augment.is_identity():
         raise DataError("holds tabular features but data.augment needs images",
                         where=dataset.name, fix="remove data.augment")
-
-
-def _select(exp: Experiment, dataset, splits, top, run_dir: Path, console):
-    """Cross-validate ``top``, refit the winner on train + validation rows and score it once
-    on the test split; writes ``cv.json``, ``best/model.pt`` (with tabular data also
-    ``best/preprocessor.skops``) and ``confusion_matrix.json``.
-    Folds are single-process Ray tasks with their own admission (one worker's resources)."""
-    import torch
-
-    from automl.data import PREPROCESSOR_FILE, save_preprocessor
-    from automl.selection import cross_validate, print_cv_table, refit_and_test
-
-    sel = exp.selection
-    console.print(f"cv     top {len(top)} trials, {sel.cv_folds} folds x {sel.cv_repeats} "
-                  f"repeat(s) on {len(splits.pool)} training rows"
-                  + (", fold halving" if sel.fold_halving else ""), highlight=False)
-    cv = cross_validate(exp, dataset, splits.pool, top, console=console)
-    write_json(run_dir / "cv.json", cv.to_dict())
-    print_cv_table(console, cv)
-    final = refit_and_test(exp, dataset, splits, cv.winner_candidate.config)
-    dst = run_dir / "best" / "model.pt"
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".model.pt.{os.getpid()}")
-    torch.save(final["checkpoint"], tmp)
-    os.replace(tmp, dst)
-    if final["preprocessor"] is not None:  # tabular data: the preprocessing the refit used
-        save_preprocessor(final["preprocessor"], dst.with_name(PREPROCESSOR_FILE))
-    write_json(run_dir / "confusion_matrix.json", final["confusion_matrix"])
-    return cv, final
 
 
 def print_leaderboard(console: Console, rows: list[dict], metric: str) -> None:

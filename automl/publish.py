@@ -195,7 +195,7 @@ def publish(exp: Experiment, run_dir: Path, summary: dict, target: WandbTarget |
                       f"(automl registry show {versions[0].ref}{_dir_flag(reg.root)})",
                       highlight=False)
     tracking: dict[str, Any] = {"backend": exp.tracking.backend,
-                                "tensorboard": (f"tensorboard --logdir {Path(run_dir) / 'tune'}"
+                                "tensorboard": (f"tensorboard --logdir {Path(run_dir) / 'tensorboard'}"
                                                 if exp.tracking.tensorboard else None)}
     if target is not None:
         tracking.update({"mode": target.mode, "project": target.project,

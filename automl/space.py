@@ -12,6 +12,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
 from automl.spec import (
     AUGMENT_IDENTITY,
     CategoricalDomain,
@@ -181,3 +188,120 @@ def describe(exp: Experiment) -> dict[str, Any]:
     searched = sum(1 for p in params if "fixed" not in p["domain"])
     return {"parameters": params, "size": size if math.isfinite(size) else math.inf,
             "searched": searched}
+
+
+class Misfit(Exception):
+    """Parameters that do not fit a search space: ``param`` and ``kind`` (``not searched
+    before``, ``outside its new domain``, ``fixed now``); the message gives the values."""
+
+    def __init__(self, param: str, kind: str, message: str):
+        super().__init__(message)
+        self.param, self.kind = param, kind
+
+
+class Replay:
+    """Stands in for an ``optuna.Trial``: answers each ``suggest_*`` with a recorded
+    value after checking it lies in the distribution asked for."""
+
+    def __init__(self, params: dict[str, Any]):
+        self.params = params
+        self.distributions: dict[str, BaseDistribution] = {}
+
+    def suggest_float(self, name, low, high, *, log=False, step=None):
+        return self._take(name, FloatDistribution(low, high, log=log, step=step))
+
+    def suggest_int(self, name, low, high, *, log=False, step=1):
+        return self._take(name, IntDistribution(low, high, log=log, step=step))
+
+    def suggest_categorical(self, name, choices):
+        return self._take(name, CategoricalDistribution(choices))
+
+    def _take(self, name: str, dist: BaseDistribution):
+        if name not in self.params:
+            raise Misfit(name, "not searched before", f"{name} is searched now but was not then")
+        value = self.params[name]
+        if not contains(dist, value):
+            raise Misfit(name, "outside its new domain", f"{name}={value!r} is outside its new "
+                         "domain")
+        self.distributions[name] = dist
+        return value
+
+
+def contains(dist: BaseDistribution, v: Any) -> bool:
+    """Whether value ``v`` lies in Optuna distribution ``dist`` (type, range and step)."""
+    if isinstance(dist, CategoricalDistribution):
+        return any(type(c) is type(v) and c == v for c in dist.choices)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    if isinstance(dist, IntDistribution) and not float(v).is_integer():
+        return False
+    tol = 1e-9 * max(1.0, abs(dist.high))
+    if not dist.low - tol <= v <= dist.high + tol:
+        return False
+    if dist.step:
+        k = (v - dist.low) / dist.step
+        return math.isclose(k, round(k), abs_tol=1e-6)
+    return True
+
+def flat_config(exp: Experiment, params: dict[str, Any]) -> dict[str, Any]:
+    """The whole flat config of sampled ``params`` (searched values only, as
+    ``optuna.Trial.params`` holds them): ``params`` plus the fixed values the space
+    returns for them (what :meth:`TrialConfig.from_flat` reads).
+
+    Raises:
+        Misfit: ``params`` do not fit ``exp``'s space.
+    """
+    replay = Replay(params)
+    fixed = define_by_run(exp)(replay)
+    return {**{k: params[k] for k in replay.distributions}, **fixed}
+
+
+class _Walker:
+    """Stands in for an ``optuna.Trial`` to enumerate a finite space: follows ``path``
+    (the index of the value taken at each ``suggest_*`` call) and takes the first value
+    past its end, recording how many values each call had."""
+
+    def __init__(self, path: list[int]):
+        self.path, self.sizes, self.params = path, [], {}
+
+    def _take(self, name: str, values: list) -> Any:
+        i = len(self.sizes)
+        self.sizes.append(len(values))
+        value = values[self.path[i] if i < len(self.path) else 0]
+        self.params[name] = value
+        return value
+
+    def suggest_float(self, name, low, high, *, log=False, step=None):
+        if step is None:
+            raise ValueError(f"{name} is continuous: the space has no finite list of values")
+        n = int(round((high - low) / step))
+        return self._take(name, [float(low + i * step) for i in range(n + 1)])
+
+    def suggest_int(self, name, low, high, *, log=False, step=1):
+        return self._take(name, list(range(int(low), int(high) + 1, int(step or 1))))
+
+    def suggest_categorical(self, name, choices):
+        return self._take(name, list(choices))
+
+
+def enumerate_params(exp: Experiment, limit: int = 100_000) -> list[dict[str, Any]]:
+    """Every configuration (searched values only, ``optuna.Trial.params``-shaped) of a
+    finite space, in depth-first order of its ``suggest_*`` calls, conditional branches
+    included; at most ``limit`` of them.
+
+    Raises:
+        ValueError: the space has a continuous parameter.
+    """
+    space, out, path = define_by_run(exp), [], []
+    while len(out) < limit:
+        walker = _Walker(path)
+        space(walker)
+        out.append(walker.params)
+        full = path + [0] * (len(walker.sizes) - len(path))
+        i = len(full) - 1
+        while i >= 0 and full[i] + 1 >= walker.sizes[i]:
+            i -= 1
+        if i < 0:
+            break
+        path = full[:i] + [full[i] + 1]
+    return out

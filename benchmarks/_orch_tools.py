@@ -118,7 +118,7 @@ def summarize(tool: str, records: list[dict], sweep_wall: float, slots: int, **e
 def run_automl(exp, tmp: Path) -> dict:
     from rich.console import Console
 
-    from automl import runtime
+    from automl import cluster as runtime
     from automl.pipeline import run_main_job
 
     runtime.connect(num_cpus=2, object_store_mb=200, dashboard_port=0)
@@ -147,8 +147,9 @@ def run_automl_sweeps(sweeps: list[dict], quick: bool, tmp: Path) -> dict:
     """
     from rich.console import Console
 
-    from automl import runtime
-    from automl.search import admit_trials, run_search
+    from automl import cluster as runtime
+    from automl.cluster import admit_trials
+    from automl.search import run_search
     from automl.search._trainable import TrialData
 
     runtime.connect(num_cpus=2, object_store_mb=200, dashboard_port=0)

@@ -24,15 +24,15 @@ from pathlib import Path
 os.environ["WANDB_MODE"] = "offline"
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+from automl.tracking._callbacks import WandbTrials  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from automl import runtime  # noqa: E402
+from automl import cluster as runtime  # noqa: E402
 from automl.data import fit_transform, load_dataset, split_indices  # noqa: E402
 from automl.search import run_search  # noqa: E402
 from automl.search._trainable import TrialData  # noqa: E402
 from automl.spec import Experiment  # noqa: E402
 from automl.tracking import _wandb  # noqa: E402
-from automl.tracking._callbacks import WandbTrials  # noqa: E402
 
 
 def experiment(trials: int, epochs: int) -> Experiment:

@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="write the comparison as JSON")
     args = ap.parse_args()
 
-    from automl import runtime
+    from automl import cluster as runtime
     from automl.data import load_dataset, split_indices
     from automl.search import TrialRecord
     from automl.selection import cross_validate, print_cv_table

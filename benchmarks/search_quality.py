@@ -124,7 +124,7 @@ def _reach(curve: list[float], target: float) -> int | None:
 def tune_conformance(budget: int, seed: int = 0) -> dict:
     """Run ``automl`` for one seed through a real Ray ``Tuner`` and the simulation; equal
     report sequences mean the simulation is what Ray Tune would have done."""
-    from automl import runtime
+    from automl import cluster as runtime
     from benchmarks._simulate import MFH6, run_tune_runtime, simulate_tune
 
     f = MFH6(seed + 1)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from automl.runtime import free_port
+from automl.cluster import free_port
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -108,7 +108,7 @@ def start_head(num_cpus: int, *, autoscaling: dict | None = None, env: dict | No
 def _wait_ready(head: Head, timeout_s: float) -> None:
     from ray.job_submission import JobSubmissionClient
 
-    from automl._raytoken import use_cluster_token
+    from automl.cluster import use_cluster_token
 
     use_cluster_token()
     deadline = time.monotonic() + timeout_s

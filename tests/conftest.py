@@ -18,7 +18,7 @@ def ray_cluster():
     """A local Ray instance with 2 logical CPUs for the whole module."""
     import ray
 
-    from automl import runtime
+    from automl import cluster as runtime
 
     if ray.is_initialized():
         ray.shutdown()

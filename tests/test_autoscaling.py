@@ -14,10 +14,10 @@ from _rayhead import start_head
 from conftest import write_spec
 from rich.console import Console
 
-from automl import autoscale
+from automl.cluster import _autoscale as autoscale
+from automl.cluster import admit_trials
 from automl.errors import ResourceError
 from automl.pipeline import choose_run_dir, run_main_job
-from automl.search import admit_trials
 from automl.spec import ResourcesSpec, load_spec
 
 WORKERS = {"cpu_node": {"resources": {"CPU": 1}, "min_workers": 0, "max_workers": 2},
@@ -114,7 +114,7 @@ def _workers() -> int:
 def test_autoscaler_adds_nodes_for_the_sweep_and_removes_them_when_idle(cluster, tmp_path):
     import ray
 
-    from automl import runtime
+    from automl import cluster as runtime
 
     runtime.connect(cluster.gcs_address)
     assert _workers() == 0

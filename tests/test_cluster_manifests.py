@@ -549,7 +549,7 @@ def test_head_tells_admission_what_the_autoscaler_may_add():
     read: the head's AUTOML_AUTOSCALING_CONFIG must describe the worker groups exactly."""
     import json
 
-    from automl.autoscale import ENV, from_cluster_config
+    from automl.cluster._autoscale import ENV, from_cluster_config
 
     units = {"Gi": 2**30, "Mi": 2**20}
     for spec in _ray_cluster_specs():

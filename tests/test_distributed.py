@@ -16,8 +16,8 @@ import torch.multiprocessing as mp
 from conftest import write_spec
 from rich.console import Console
 
+from automl.cluster import admit_trials
 from automl.errors import ResourceError, SpecError
-from automl.search import admit_trials
 from automl.spec import ResourcesSpec, load_spec
 from automl.train import Shard, batches, evaluate
 
@@ -117,7 +117,7 @@ def ray4():
     placement-group cleanup needs its State API, FIELD-NOTES deadlock 1)."""
     import ray
 
-    from automl import runtime
+    from automl import cluster as runtime
 
     if ray.is_initialized():
         ray.shutdown()

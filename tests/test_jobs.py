@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from automl import jobs
 from automl.cli import app
-from automl.runtime import free_port
+from automl.cluster import free_port
 
 TINY = """
 name: jobtiny

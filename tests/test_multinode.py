@@ -32,7 +32,7 @@ def cluster():
     import ray
     from ray.cluster_utils import Cluster
 
-    from automl import runtime
+    from automl import cluster as runtime
 
     if ray.is_initialized():
         ray.shutdown()

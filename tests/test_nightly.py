@@ -18,17 +18,17 @@ from rich.console import Console
 from scipy import stats
 
 from automl.errors import DataError, SpecError
-from automl.models import build_model
+from automl.models import build_model, load_matching_weights
 from automl.nightly import (
     Misfit,
     data_change,
     decide,
     fit_space,
     fold_signature,
-    init_from_champion,
     paired_comparison,
+    run_job,
 )
-from automl.pipeline import choose_run_dir, run_main_job
+from automl.pipeline import choose_run_dir
 from automl.registry import Registry
 from automl.spec import Experiment, load_spec
 
@@ -152,16 +152,16 @@ def test_transfer_loads_the_champions_weights_only_into_its_architecture():
     torch.manual_seed(2)
     trial = build_model(arch, (64,), 10, init="default")
     assert not torch.equal(next(trial.parameters()), next(champion.parameters()))
-    assert init_from_champion(trial, arch, transfer)
+    assert load_matching_weights(trial, arch, transfer)
     for k, v in champion.state_dict().items():
         assert torch.equal(trial.state_dict()[k], v)
     other = build_model({**arch, "width": 32}, (64,), 10, init="default")
     before = {k: v.clone() for k, v in other.state_dict().items()}
-    assert not init_from_champion(other, {**arch, "width": 32}, transfer)
+    assert not load_matching_weights(other, {**arch, "width": 32}, transfer)
     wrong_classes = build_model(arch, (64,), 3, init="default")  # same arch, other shapes
-    assert not init_from_champion(wrong_classes, arch, transfer)
+    assert not load_matching_weights(wrong_classes, arch, transfer)
     assert all(torch.equal(before[k], v) for k, v in other.state_dict().items())
-    assert not init_from_champion(trial, arch, None)
+    assert not load_matching_weights(trial, arch, None)
 
 
 def test_fold_signature_changes_with_rows_or_data():
@@ -226,7 +226,7 @@ def nights(ray_cluster, tmp_path_factory):
                             registry=tmp / "registry", nightly=nightly)
         exp = load_spec(write_spec(tmp, text, f"{name}.yaml"))
         run_dir = choose_run_dir(exp, str(tmp / "runs"), name)
-        return exp, run_dir, run_main_job(exp, run_dir, console=console)
+        return exp, run_dir, run_job(exp, run_dir, console=console)
 
     a = night("a", "old.npz", 2, 2, "{promote: true}", seed=0)
     b = night("b", "new.npz", 3, 1, "{warm_start: nightly@champion, warm_start_top_k: 2, "
@@ -309,7 +309,7 @@ def test_transfer_hands_trials_the_champions_registered_weights(nights):
     assert weights["ref"] == "nightly@1" and set(weights["state_dict"]) == set(saved)
     assert all(torch.equal(weights["state_dict"][k], v) for k, v in saved.items())
     model = build_model(weights["arch"], (64,), 10, init="kaiming")
-    assert init_from_champion(model, weights["arch"], weights)
+    assert load_matching_weights(model, weights["arch"], weights)
     assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
 
 

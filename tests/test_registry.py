@@ -197,7 +197,7 @@ def test_publish_without_wandb_or_optional_stages(reg, tmp_path):
     out = publish(exp, run_dir, summary, None, Console(quiet=True))
     assert out["registry"]["versions"] == ["nightly@1"]
     assert out["tracking"] == {"backend": "none",
-                               "tensorboard": f"tensorboard --logdir {run_dir / 'tune'}"}
+                               "tensorboard": f"tensorboard --logdir {run_dir / 'tensorboard'}"}
     v = reg.get("nightly@1")
     assert v.lineage["trial_id"] == "t_00001" and v.lineage["cv"] is None
     assert v.tracking is None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from automl.cluster import admit
 from automl.errors import EXIT_RESOURCES, ResourceError
-from automl.search import admit
 
 
 def test_auto_concurrency_packs_per_node():

@@ -1,4 +1,5 @@
-"""A small real sweep on digits: Ray Tune + OptunaSearch + ASHA, in-process trials."""
+"""A small real sweep on digits: Ray Tune + our Optuna searcher + rung policy,
+in-process trials."""
 
 from __future__ import annotations
 
@@ -58,8 +59,15 @@ def test_every_trial_is_recorded_with_its_end_state(sweep):
             assert t["epochs_run"] in (1, 2) and t["epochs_run"] < t["target_epochs"]
         else:
             assert t["epochs_run"] == t["target_epochs"]
-    lines = (run_dir / "trials.jsonl").read_text().splitlines()
-    assert len(lines) == sum(t["epochs_run"] for t in trials)
+    events = [json.loads(x) for x in (run_dir / "trials.jsonl").read_text().splitlines()]
+    reports = [e for e in events if "event" not in e]
+    assert len(reports) == sum(t["epochs_run"] for t in trials)
+    ends = {e["trial_id"]: e["state"] for e in events if e.get("event") == "end"}
+    assert ends == {t["trial_id"]: t["end_state"] for t in trials}  # one end per trial
+    # each trial's own checkpoint, keyed by its study number, at its last epoch
+    for t in trials:
+        (ckpt,) = (run_dir / "checkpoints" / f"trial_{t['trial_id']}").glob("epoch_*.pt")
+        assert ckpt.name == f"epoch_{t['epochs_run']:04d}.pt"
 
 
 def test_leaderboard_top_k_is_cross_validated_and_the_winner_scored_on_test(sweep):
@@ -121,8 +129,8 @@ def test_study_persists_in_sqlite_and_spec_round_trips(sweep):
               "stopped_early": optuna.trial.TrialState.PRUNED}
     assert {t["end_state"] for t in trials} == set(states)  # the tiny sweep has both
     for t in trials:
-        (st,) = [s for s in study.trials if s.params == {k: v for k, v in t["params"].items()
-                                                          if k in s.params}]
+        st = study.trials[int(t["trial_id"])]  # a trial's id is its study number
+        assert st.params == t["params"]
         assert st.state == states[t["end_state"]], t["trial_id"]
         assert st.value == pytest.approx(t["metrics"]["val_accuracy"])
         if t["end_state"] == "stopped_early":  # stopped at a rung: its value is that epoch's

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -179,8 +180,9 @@ def test_wandb_cli_recognises_every_offline_run(main_job):
 def test_tensorboard_events_per_trial(main_job):
     exp, run_dir, summary, trials = main_job
     for t in trials:
-        (events,) = (run_dir / "tune" / f"trial_{t['trial_id']}").glob("events.out.tfevents.*")
-        scalars = tfevents_scalars(events)["ray/tune/val_accuracy"]
+        folder = run_dir / "tensorboard" / f"trial_{t['trial_id']}"
+        (events,) = folder.glob("events.out.tfevents.*")
+        scalars = tfevents_scalars(events)["val_accuracy"]
         assert scalars == [(h["epoch"], pytest.approx(h["val_accuracy"])) for h in t["history"]]
 
 
@@ -253,3 +255,70 @@ def test_api_key_is_written_nowhere(main_job):
     leaks = [p for p in run_dir.parent.rglob("*")
              if p.is_file() and FAKE_KEY.encode() in p.read_bytes()]
     assert leaks == []
+
+
+def test_an_unreachable_wandb_server_turns_the_sweep_offline_within_seconds(tmp_path):
+    """Measured before: with a key set and no route to the server, each trial's run took
+    about 43 s to start and the run still said online. A server that accepts connections
+    but never answers (on loopback) stands in for the unreachable one."""
+    import socket
+    import threading
+
+    from automl.tracking import wandb_target
+    from automl.tracking._sinks import WandbTrials
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list = []
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])  # accepted, never answered
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    lines: list[str] = []
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delenv("WANDB_MODE", raising=False)
+            mp.setenv("WANDB_API_KEY", FAKE_KEY)
+            mp.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+            exp = load_spec(write_spec(tmp_path, "name: t\ntracking: {mode: auto}\n"))
+            t0 = time.monotonic()
+            target = wandb_target(exp, tmp_path / "run", lines.append, probe_timeout=2.0)
+            assert time.monotonic() - t0 < 10
+    finally:
+        stop.set()
+        t.join(5)
+        server.close()
+        for c in held:
+            c.close()
+    assert target.mode == "offline" and target.setting == "auto"
+    (line,) = lines
+    assert "unreachable" in line and f"`wandb sync {tmp_path / 'run' / 'wandb'}`" in line
+
+    # a run that cannot start online mid-sweep moves the sink (and what it logs) offline
+    online = type(target)(**{**target.to_dict(), "mode": "online"})
+    sink = WandbTrials(online, lines.append)
+    calls: list[str] = []
+
+    def start_run(tgt, trial_id, config):
+        calls.append(tgt.mode)
+        if tgt.mode == "online":
+            raise TimeoutError("init timed out")
+        return type("Run", (), {"log": lambda *a, **k: None})()
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("automl.tracking._sinks.start_run", start_run)
+        from automl.search import TrialLog
+
+        sink.start(TrialLog(0, params={"x": 1}, config={"x": 1}), None)
+        sink.start(TrialLog(1, params={"x": 2}, config={"x": 2}), None)
+    assert calls == ["online", "offline", "offline"] and sink.target.mode == "offline"
+    assert "TimeoutError: init timed out: logging offline" in lines[-1]

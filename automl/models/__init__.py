@@ -34,6 +34,7 @@ __all__ = [
     "count_parameters",
     "family_params",
     "init_weights",
+    "load_matching_weights",
     "model_size_key",
 ]
 
@@ -107,3 +108,22 @@ def model_size_key(arch: Mapping[str, Any], input_shape: tuple[int, ...], num_cl
     with torch.device("meta"):
         model = MODEL_CLASSES[family](input_shape, num_classes, **params)
     return count_parameters(model)
+
+
+def load_matching_weights(model: nn.Module, arch: Mapping[str, Any],
+                          weights: Mapping[str, Any] | None) -> bool:
+    """Load ``weights`` (``{"arch": dict, "state_dict": {name: tensor}}``, e.g. a champion
+    model's, for transfer learning) into ``model`` (unwrapped, before training) when it
+    was built from the same ``arch`` and every tensor has the same name and shape (so the
+    input shape and number of classes match too).
+
+    Returns:
+        True when the weights were loaded; False (``model`` untouched) otherwise.
+    """
+    if not weights or dict(arch) != dict(weights["arch"]):
+        return False
+    mine, theirs = model.state_dict(), weights["state_dict"]
+    if set(mine) != set(theirs) or any(mine[k].shape != theirs[k].shape for k in mine):
+        return False
+    model.load_state_dict(theirs)
+    return True

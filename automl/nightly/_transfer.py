@@ -37,16 +37,3 @@ def champion_weights(exp: Experiment, registry_root: Path) -> dict[str, Any] | N
     model, version = Registry(registry_root).load(version.ref)
     return {"ref": version.ref, "arch": dict(version.lineage["config"]["arch"]),
             "state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
-
-
-def init_from_champion(model, arch: dict[str, Any], transfer: dict[str, Any] | None) -> bool:
-    """Load ``transfer``'s weights into ``model`` (unwrapped, before training) when its
-    architecture matches; returns True when it did."""
-    if not transfer or dict(arch) != transfer["arch"]:
-        return False
-    mine = model.state_dict()
-    theirs = transfer["state_dict"]
-    if set(mine) != set(theirs) or any(mine[k].shape != theirs[k].shape for k in mine):
-        return False
-    model.load_state_dict(theirs)
-    return True

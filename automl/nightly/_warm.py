@@ -18,74 +18,14 @@ searched parameter present and inside its new range, and every now-fixed value u
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-)
 
 from automl.errors import DataError, RegistryError
-from automl.space import define_by_run
+from automl.space import Misfit, Replay, define_by_run
 from automl.spec import Experiment
-
-
-class Misfit(Exception):
-    """Parameters that do not fit a search space: ``param`` and ``kind`` (``not searched
-    before``, ``outside its new domain``, ``fixed now``); the message gives the values."""
-
-    def __init__(self, param: str, kind: str, message: str):
-        super().__init__(message)
-        self.param, self.kind = param, kind
-
-
-class _Replay:
-    """Stands in for an ``optuna.Trial``: answers each ``suggest_*`` with a recorded
-    value after checking it lies in the distribution asked for."""
-
-    def __init__(self, params: dict[str, Any]):
-        self.params = params
-        self.distributions: dict[str, BaseDistribution] = {}
-
-    def suggest_float(self, name, low, high, *, log=False, step=None):
-        return self._take(name, FloatDistribution(low, high, log=log, step=step))
-
-    def suggest_int(self, name, low, high, *, log=False, step=1):
-        return self._take(name, IntDistribution(low, high, log=log, step=step))
-
-    def suggest_categorical(self, name, choices):
-        return self._take(name, CategoricalDistribution(choices))
-
-    def _take(self, name: str, dist: BaseDistribution):
-        if name not in self.params:
-            raise Misfit(name, "not searched before", f"{name} is searched now but was not then")
-        value = self.params[name]
-        if not _contains(dist, value):
-            raise Misfit(name, "outside its new domain", f"{name}={value!r} is outside its new "
-                         "domain")
-        self.distributions[name] = dist
-        return value
-
-
-def _contains(dist: BaseDistribution, v: Any) -> bool:
-    if isinstance(dist, CategoricalDistribution):
-        return any(type(c) is type(v) and c == v for c in dist.choices)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    if isinstance(dist, IntDistribution) and not float(v).is_integer():
-        return False
-    tol = 1e-9 * max(1.0, abs(dist.high))
-    if not dist.low - tol <= v <= dist.high + tol:
-        return False
-    if dist.step:
-        k = (v - dist.low) / dist.step
-        return math.isclose(k, round(k), abs_tol=1e-6)
-    return True
 
 
 def fit_space(exp: Experiment, params: dict[str, Any]) -> tuple[dict, dict]:
@@ -97,7 +37,7 @@ def fit_space(exp: Experiment, params: dict[str, Any]) -> tuple[dict, dict]:
     Raises:
         Misfit: a searched parameter is missing or out of range, or a fixed value differs.
     """
-    replay = _Replay(params)
+    replay = Replay(params)
     fixed = define_by_run(exp)(replay)
     for name, value in fixed.items():
         if name in params and params[name] != value:

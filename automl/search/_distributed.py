@@ -5,21 +5,26 @@ reports). Each worker runs the same ``automl.train.fit`` loop on its own shard.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from typing import Any
 
+from automl.models import load_matching_weights
+from automl.search._adapters import TRIAL_KEY
+from automl.search._checkpoints import TrialCheckpoints
+from automl.search._trial import checkpoint_epochs, guard_of
 from automl.space import TrialConfig
 from automl.spec import Experiment
-from automl.train import Shard, TrainState, fit, set_threads, to_tensors
+from automl.train import Shard, TrainState, fit, set_threads, to_tensors, unwrap
 
 
 def worker_loop(loop_config: dict[str, Any]) -> None:
     """Ray Train's ``train_loop_per_worker``: one data-parallel rank of a trial.
 
-    Every rank reports once per epoch (so the group stays in step); rank 0 attaches
-    the checkpoint. After a worker failure, Train restarts the group and each rank
-    resumes from the last checkpoint (``ray.train.get_checkpoint``), not from epoch 0.
+    Every rank reports once per epoch (so the group stays in step); rank 0 saves the
+    trial's checkpoint (:class:`~automl.search._checkpoints.TrialCheckpoints`, keyed by
+    the trial's number) first. After a worker failure Train restarts the group, and a
+    resumed sweep restarts the trial: every rank then continues from that checkpoint
+    (reporting its epoch again, as in-process trials do), not from epoch 0.
     """
     import ray.train
     import ray.train.torch
@@ -39,15 +44,12 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
         cfg, data.input_shape, data.num_classes, len(train[1]),
         wrap=lambda m: ray.train.torch.prepare_model(m, parallel_strategy=exp.resources.strategy),
     )
-    if getattr(data, "init", None) is not None:  # nightly.transfer, same weights on every rank
-        from automl.nightly import init_from_champion
-        from automl.train import unwrap
-
-        init_from_champion(unwrap(state.model), cfg.arch, data.init)
-    resume = ray.train.get_checkpoint()
-    if resume is not None:
-        with resume.as_directory() as d:
-            state.restore_dir(d, device)
+    load_matching_weights(unwrap(state.model), cfg.arch, data.init)  # same on every rank
+    number = loop_config["params"][TRIAL_KEY]
+    store = TrialCheckpoints(loop_config["storage"])
+    resumed = store.latest(number, str(device))
+    if resumed is not None:
+        state.restore(resumed)
     # where the ranks run (reported, so a multi-node placement is visible in the results)
     import torch.distributed as dist
 
@@ -55,18 +57,17 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
     dist.all_gather_object(nodes, ray.get_runtime_context().get_node_id())
     setup_s = time.perf_counter() - t_start
 
-    def report(st: TrainState, metrics: dict) -> None:
-        metrics = {**metrics, "setup_s": setup_s, "world_size": shard.world,
-                   "worker_nodes": len(set(nodes)), "restored_from_epoch": resume_epoch}
-        if shard.rank != 0:
-            ray.train.report(metrics)
-            return
-        with tempfile.TemporaryDirectory() as d:
-            st.save_dir(d, metrics)
-            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+    place = {"world_size": shard.world, "worker_nodes": len(set(nodes))}
+    if resumed is not None:  # where the trial stands, judged again (the same answer)
+        ray.train.report({**resumed["metrics"], **place, "setup_s": setup_s,
+                          "restored_from_epoch": state.epoch})
+    keep = checkpoint_epochs(exp, cfg.epochs)
 
-    resume_epoch = state.epoch
-    from automl.search._trainable import guard_of
+    def report(st: TrainState, metrics: dict) -> None:
+        metrics = {**metrics, **place, "setup_s": setup_s if st.epoch == 1 else 0.0}
+        if shard.rank == 0 and st.epoch in keep:
+            store.save(number, st.checkpoint(metrics))
+        ray.train.report(metrics)
 
     fit(state, train, val, on_epoch=report, shard=shard, guard=guard_of(exp))
 
@@ -74,32 +75,33 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
 def run_distributed_trial(params: dict, data_holder: Any, exp: Experiment, storage: str) -> None:
     """Run one trial as a ``TorchTrainer`` with ``resources.workers_per_trial`` workers.
 
-    Train's own checkpoints go to ``<storage>/train/trial_<id>``; a killed worker makes
-    Train restart the group from the last checkpoint, up to ``resources.max_failures``
-    times (Train's ``FailureConfig``).
+    Rank 0 keeps the trial's checkpoint under ``storage``; a killed worker makes Train
+    restart the group, which continues from it, up to ``resources.max_failures`` times
+    (Train's ``FailureConfig``). Train's own run folder is ``<storage>/train/trial_<n>_<Tune
+    id>``: each attempt of a resumed sweep starts a Train run of its own.
     """
     from ray import tune
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
     res = exp.resources
-    from automl.search._resources import trial_bundles
+    from automl.cluster import trial_bundles
 
     worker = trial_bundles(res)[1]  # CPU, memory (and GPU) of one worker
     trial_id = tune.get_context().get_trial_id()
     trainer = TorchTrainer(
         train_loop_per_worker=worker_loop,
-        train_loop_config={"params": params, "exp": exp, "data": data_holder},
+        train_loop_config={"params": params, "exp": exp, "data": data_holder,
+                           "storage": storage},
         scaling_config=ScalingConfig(
             num_workers=res.workers_per_trial, use_gpu=bool(res.gpus_per_worker),
             resources_per_worker=worker, placement_strategy="PACK",
         ),
         run_config=RunConfig(
-            name=f"trial_{trial_id}",
+            name=f"trial_{params[TRIAL_KEY]}_{trial_id}",
             storage_path=storage.rstrip("/") + "/train",
             failure_config=FailureConfig(max_failures=res.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=2),
             callbacks=[TuneReportCallback()],
         ),
     )

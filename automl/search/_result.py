@@ -56,6 +56,11 @@ class TrialRecord:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrialRecord:
+        """The record :meth:`to_dict` wrote (``trials.json`` rows)."""
+        return cls(**d)
+
 
 @dataclass(frozen=True)
 class SearchResult:
@@ -72,6 +77,10 @@ class SearchResult:
     wall_time_s: float
     max_concurrent: int
     trial_resources: dict[str, float]
+    #: sampled configurations answered from an earlier trial's record instead of trained
+    duplicates: int = 0
+    #: the line saying the finite space ran out of untried configurations, if it did
+    exhausted: str | None = None
 
     @property
     def best(self) -> TrialRecord | None:
@@ -105,6 +114,17 @@ class SearchResult:
             "trial_resources": self.trial_resources,
             "counts": self.counts(),
             "efficiency": self.efficiency(),
+            "duplicates": self.duplicates,
+            "exhausted": self.exhausted,
             "ranked": [t.trial_id for t in self.ranked],
             "trials": [t.to_dict() for t in self.trials],
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SearchResult:
+        """The result :meth:`to_dict` wrote (a finished stage a resumed run keeps)."""
+        trials = [TrialRecord.from_dict(t) for t in d["trials"]]
+        by_id = {t.trial_id: t for t in trials}
+        return cls(d["metric"], d["mode"], trials, [by_id[i] for i in d["ranked"]],
+                   float(d["wall_time_s"]), int(d["max_concurrent"]), dict(d["trial_resources"]),
+                   int(d.get("duplicates", 0)), d.get("exhausted"))

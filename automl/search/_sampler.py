@@ -8,8 +8,8 @@ import optuna
 from automl.spec import SearchSpec
 
 
-def make_sampler(search: SearchSpec) -> optuna.samplers.BaseSampler:
-    """The sampler ``search.sampler`` names.
+def make_sampler(search: SearchSpec, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The sampler ``search.sampler`` names, seeded with ``seed`` (default ``search.seed``).
 
     * ``tpe``: independent TPE (Bergstra et al. 2011) with the constant liar for
       parallel trials; ``multivariate_tpe``: multivariate, grouped TPE
@@ -20,7 +20,7 @@ def make_sampler(search: SearchSpec) -> optuna.samplers.BaseSampler:
     * ``gp``: Gaussian-process Bayesian optimisation (Optuna's GPSampler).
     * ``qmc``: scrambled Sobol quasi-Monte Carlo.
     """
-    seed, startup = search.seed, search.n_startup_trials
+    seed, startup = search.seed if seed is None else seed, search.n_startup_trials
     s = optuna.samplers
     if search.sampler == "tpe":
         return s.TPESampler(seed=seed, n_startup_trials=startup, multivariate=False,

@@ -7,75 +7,50 @@ start-up is building its model, not importing torch or loading data.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
-from dataclasses import dataclass
 
-import numpy as np
 import ray
 import torch
 from ray import tune
 
-from automl.search._scheduler import rung_epochs
+from automl.models import load_matching_weights
+from automl.search._adapters import TRIAL_KEY
+from automl.search._checkpoints import TrialCheckpoints
+from automl.search._trial import DataRef, TrialData, checkpoint_epochs, guard_of
 from automl.space import TrialConfig
 from automl.spec import Experiment
-from automl.train import Guard, Shard, TrainState, TrialDiverged, fit, set_threads, to_tensors
+from automl.train import Shard, TrainState, TrialDiverged, fit, set_threads, to_tensors
 
-
-@dataclass(frozen=True, eq=False)
-class TrialData:
-    """Training and validation arrays (never the test split) shipped to every trial."""
-
-    X_train: np.ndarray  # (N_train, ...) float32
-    y_train: np.ndarray  # (N_train,) int64
-    X_val: np.ndarray
-    y_val: np.ndarray
-    input_shape: tuple[int, ...]
-    num_classes: int
-    #: champion weights trials of its architecture start from (``automl.nightly``), or None
-    init: dict | None = None
-
-
-def checkpoint_epochs(exp: Experiment, epochs: int) -> set[int]:
-    """Epochs after which a trial saves a checkpoint: those where ASHA can stop it
-    (:func:`~automl.search._scheduler.rung_epochs`, so its last checkpoint is its last
-    epoch) and the trial's final epoch.
-
-    Saving only there keeps Tune's experiment-state snapshots (forced per checkpoint) rare.
-    """
-    return {e for e in rung_epochs(exp) if e <= epochs} | {epochs}
-
-
-@dataclass(frozen=True)
-class DataRef:
-    """An object-store reference to a :class:`TrialData`, put once per sweep; every
-    trial and worker on a node reads the same copy (zero-copy numpy)."""
-
-    ref: object
+__all__ = ["DataRef", "TrialData", "checkpoint_epochs", "guard_of", "run_trial"]
 
 
 def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> None:
-    """Ray Tune function trainable for one configuration.
+    """Ray Tune function trainable for one configuration (trial ``config[TRIAL_KEY]``).
 
     Reports ``epoch``, ``train_loss``, ``val_loss``, ``val_accuracy``, ``val_f1``,
-    ``train_time_s`` and ``setup_s`` after every epoch. In-process (one worker): at
-    the epochs of :func:`checkpoint_epochs` the report carries a checkpoint
-    (``checkpoint.pt``, see :meth:`TrainState.checkpoint`), and the trial resumes
-    from Tune's checkpoint when restored. Two or more workers: the trial runs a
-    Ray Train worker group (:func:`run_distributed_trial`) with the same loop.
+    ``train_time_s``, ``eval_time_s`` and ``setup_s`` after every epoch. At the epochs of
+    :func:`checkpoint_epochs` it first saves the trial's checkpoint
+    (:class:`~automl.search._checkpoints.TrialCheckpoints` under ``storage``). A trial that
+    finds a checkpoint of its own (Tune retrying it, or a resumed sweep) restores it and
+    reports that epoch again (``restored_from_epoch``), so the scheduler sees the trial
+    where it stands, then trains on. Two or more workers: the trial runs a Ray Train
+    worker group (:func:`run_distributed_trial`) with the same loop.
+
+    Raises:
+        TrialDiverged: the divergence guard tripped, now or in an earlier attempt.
     """
     if exp.resources.distributed:
         from automl.search._distributed import run_distributed_trial
 
         run_distributed_trial(config, data, exp, storage)
         return
+    number = config[TRIAL_KEY]
+    store = TrialCheckpoints(storage)
     # A diverged trial stays diverged: when Tune retries it (resources.max_failures, meant
-    # for killed processes), fail again at once instead of re-training from a checkpoint.
-    marker = os.path.join(tune.get_context().get_trial_dir(), "diverged.txt")
-    if os.path.exists(marker):
-        with open(marker) as f:
-            raise TrialDiverged(*f.read().split("\t", 1))
+    # for killed processes), fail again at once instead of re-training.
+    marked = store.diverged(number)
+    if marked is not None:
+        raise TrialDiverged(*marked)
     t_start = time.perf_counter()
     set_threads(exp.resources.cpus_per_worker)
     device = "cuda" if exp.resources.gpus_per_worker and torch.cuda.is_available() else "cpu"
@@ -86,35 +61,24 @@ def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> 
     cfg = TrialConfig.from_flat(config, exp, seed=exp.search.seed)
     state = TrainState.create(cfg, arrays.input_shape, arrays.num_classes, len(train[1]),
                               wrap=lambda m: m.to(device))
-    if arrays.init is not None:  # nightly.transfer: fine-tune the champion's weights
-        from automl.nightly import init_from_champion
-
-        init_from_champion(state.model, cfg.arch, arrays.init)
-    resume = tune.get_checkpoint()
-    if resume is not None:
-        with resume.as_directory() as d:
-            state.restore_dir(d, device)
+    load_matching_weights(state.model, cfg.arch, arrays.init)
+    resumed = store.latest(number, device)
+    if resumed is not None:
+        state.restore(resumed)
     setup_s = time.perf_counter() - t_start
     keep = checkpoint_epochs(exp, cfg.epochs)
+    if resumed is not None:  # where the trial stands, judged again (the same answer)
+        tune.report({**resumed["metrics"], "setup_s": setup_s,
+                     "restored_from_epoch": state.epoch})
 
     def report(st: TrainState, metrics: dict) -> None:
         metrics = {**metrics, "setup_s": setup_s if st.epoch == 1 else 0.0}
-        if st.epoch not in keep:
-            tune.report(metrics)
-            return
-        with tempfile.TemporaryDirectory() as d:
-            st.save_dir(d, metrics)
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+        if st.epoch in keep:
+            store.save(number, st.checkpoint(metrics))
+        tune.report(metrics)
 
     try:
         fit(state, train, val, on_epoch=report, shard=shard, guard=guard_of(exp))
     except TrialDiverged as e:
-        with open(marker, "w") as f:
-            f.write(f"{e.epoch}\t{e.reason}")
+        store.mark_diverged(number, e.epoch, e.reason)
         raise
-
-
-def guard_of(exp: Experiment) -> Guard:
-    """The training loop's divergence guard from ``training.guard``."""
-    g = exp.training.guard
-    return Guard(g.max_loss_ratio, g.max_grad_norm)

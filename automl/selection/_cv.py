@@ -3,12 +3,16 @@ winner, and the winner's refit on all training rows scored once on the test spli
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from automl._io import append_jsonl
 from automl.data import Dataset, Splits
 from automl.errors import RunError
 from automl.selection._folds import FoldPlan, make_folds
@@ -64,6 +68,13 @@ class CVResult:
                 "reason": self.reason, "compute": self.compute, "halving": self.halving,
                 "warnings": self.warnings, "candidates": [c.to_dict() for c in self.candidates]}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> CVResult:
+        """The result :meth:`to_dict` wrote (``cv.json``)."""
+        return cls(d["metric"], d["plan"], [CandidateCV(**c) for c in d["candidates"]],
+                   d["winner"], d["reason"], d["compute"], d.get("halving"),
+                   list(d.get("warnings", [])))
+
 
 def fold_demand(resources) -> dict[str, float]:
     """What one fold training holds: one worker's CPUs (and GPUs) from a ``ResourcesSpec``;
@@ -77,15 +88,16 @@ def fold_demand(resources) -> dict[str, float]:
 def _admit(exp: Experiment):
     """Fold concurrency from the search's admission control (fails fast when a fold can
     never be placed), capped by ``resources.concurrent_trials``."""
-    from automl.search import admit
+    from automl.cluster import admit
 
     return admit(fold_demand(exp.resources), exp.resources.concurrent_trials)
 
 
 def _run_tasks(data_ref, jobs: list[tuple], *, resources, limit: int, deadline: float,
-               impute, keep_model: bool = False) -> dict:
+               impute, keep_model: bool = False, on_done=None) -> dict:
     """Run ``fit_and_score`` for ``(key, config, train_idx, eval_idx)`` jobs as Ray tasks,
-    at most ``limit`` at once, all finished by ``deadline`` (``time.monotonic``)."""
+    at most ``limit`` at once, all finished by ``deadline`` (``time.monotonic``);
+    ``on_done(key, result)`` is called as each one finishes."""
     import ray
 
     demand = fold_demand(resources)
@@ -110,6 +122,8 @@ def _run_tasks(data_ref, jobs: list[tuple], *, resources, limit: int, deadline: 
                 key = pending.pop(ref)
                 try:
                     results[key] = ray.get(ref, timeout=60)
+                    if on_done is not None:
+                        on_done(key, results[key])
                 except ray.exceptions.RayError as e:
                     last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
                     raise RunError(f"training trial {key[0]} on fold {key[1]} failed: {last}",
@@ -128,6 +142,7 @@ def cross_validate(
     *,
     admission=None,
     console=None,
+    folds_log: Path | None = None,
 ) -> CVResult:
     """Re-score ``candidates`` (``TrialRecord``s, best first) by stratified k-fold CV.
 
@@ -142,6 +157,10 @@ def cross_validate(
 
     Args:
         pool: the rows to cross-validate on (train + validation; never the test split).
+        folds_log: a JSON-lines file each finished fold training is appended to; the
+            folds it already holds (same candidate config, fold plan and fold) are not
+            trained again, so a run killed during cross-validation continues at the first
+            unscored fold.
 
     Raises:
         DataError: a class has fewer rows than folds (see :func:`make_folds`).
@@ -165,12 +184,25 @@ def cross_validate(
             raise RunError(f"trial {c.trial_id} has no config to retrain", where="selection")
     t0, deadline = time.perf_counter(), time.monotonic() + sel.timeout_s
     data_ref = ray.put(data)
+    signature = plan_signature(plan)
+    configs = {c.trial_id: c.config for c in candidates}
+    results = _read_folds(folds_log, signature, configs)
+    if results and console is not None:
+        console.print(f"cv     {len(results)} fold trainings done before the resume, kept",
+                      highlight=False)
+
+    def log_fold(key, result) -> None:
+        if folds_log is not None:
+            append_jsonl(folds_log, {"trial_id": key[0], "fold": key[1], "plan": signature,
+                                     "config": configs[key[0]], "result": result})
+
     run = dict(data_ref=data_ref, resources=exp.resources, limit=admission.max_concurrent,
-               deadline=deadline, impute=exp.data.impute)
+               deadline=deadline, impute=exp.data.impute, on_done=log_fold)
     n = len(plan.folds)
     first = range(1) if sel.fold_halving else range(n)
-    jobs = [((c.trial_id, i), c.config, *plan.folds[i]) for i in first for c in candidates]
-    results = _run_tasks(jobs=jobs, **run)
+    jobs = [((c.trial_id, i), c.config, *plan.folds[i]) for i in first for c in candidates
+            if (c.trial_id, i) not in results]
+    results.update(_run_tasks(jobs=jobs, **run))
     survivors, halving = list(candidates), None
     if sel.fold_halving:
         score1 = {c.trial_id: results[(c.trial_id, 0)]["scores"][sel.metric] for c in candidates}
@@ -179,7 +211,7 @@ def cross_validate(
                      if score1[c.trial_id] >= score1[leader] - sel.halving_margin - 1e-12]
         kept = {c.trial_id for c in survivors}
         jobs = [((c.trial_id, i), c.config, *plan.folds[i]) for i in range(1, n)
-                for c in survivors]
+                for c in survivors if (c.trial_id, i) not in results]
         results.update(_run_tasks(jobs=jobs, **run))
         halving = {"margin": sel.halving_margin, "fold1_leader": leader,
                    "fold1_scores": score1,
@@ -222,6 +254,32 @@ def cross_validate(
         halving["epochs_saved_fraction"] = round(halving["fold_epochs_skipped"] / full, 4)
     return CVResult(sel.metric, plan.to_dict(), table, winner, reason, compute, halving,
                     list(plan.warnings))
+
+
+def plan_signature(plan: FoldPlan) -> str:
+    """sha256 (16 hex digits) of a fold plan's validation rows, fold by fold."""
+    h = hashlib.sha256()
+    for _, val in plan.folds:
+        h.update(np.asarray(val, dtype=np.int64).tobytes())
+        h.update(b"|")
+    return h.hexdigest()[:16]
+
+
+def _read_folds(path: Path | None, signature: str, configs: dict) -> dict:
+    """Fold results of an earlier attempt (``folds_log``) that still apply: same plan,
+    same candidate config. A torn last line (a killed driver) is skipped."""
+    out: dict = {}
+    if path is None or not Path(path).is_file():
+        return out
+    for line in Path(path).read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        tid = rec.get("trial_id")
+        if rec.get("plan") == signature and configs.get(tid) == rec.get("config"):
+            out[(tid, int(rec["fold"]))] = rec["result"]
+    return out
 
 
 def _compute(results: dict, wall: float) -> dict:

@@ -167,6 +167,14 @@ class Experiment(_Strict):
                 f"scheduler.grace_period: {self.scheduler.grace_period} is more than the "
                 f"{max_epochs} epochs a trial can run; lower it"
             )
+        rungs = self.rung_count()
+        if self.scheduler.type == "asha" and self.scheduler.brackets > rungs:
+            raise ValueError(
+                f"scheduler.brackets: {self.scheduler.brackets} brackets need as many rungs, "
+                f"but grace_period {self.scheduler.grace_period} x reduction_factor "
+                f"{self.scheduler.reduction_factor:g}**k up to {max_epochs} epochs gives "
+                f"{rungs}; lower brackets or raise max_epochs"
+            )
         if self.scheduler.max_epochs is not None and upper_bound(self.training.epochs) > max_epochs:
             raise ValueError(
                 f"training.epochs: can reach {upper_bound(self.training.epochs)} but "
@@ -180,6 +188,14 @@ class Experiment(_Strict):
         if self.scheduler.max_epochs is not None:
             return self.scheduler.max_epochs
         return int(upper_bound(self.training.epochs))
+
+    def rung_count(self) -> int:
+        """Rungs of the first ASHA bracket: ``grace_period * reduction_factor**i`` up to
+        :attr:`max_epochs` (the count ``automl.search.RungPolicy`` builds)."""
+        sch, n, level = self.scheduler, 0, float(self.scheduler.grace_period)
+        while level <= self.max_epochs * (1 + 1e-9):
+            n, level = n + 1, level * sch.reduction_factor
+        return n
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")

@@ -58,7 +58,7 @@ class StudentSpec(_Strict):
 
     @model_validator(mode="after")
     def _family_keys(self) -> StudentSpec:
-        from automl.spec import ModelSpec  # the family sections name the valid keys
+        from automl.spec._sections import ModelSpec  # the family sections name the valid keys
 
         valid = list(ModelSpec.model_fields[self.family].annotation.model_fields)
         for key in type(self).model_fields:

@@ -281,12 +281,15 @@ class SearchSpec(_Strict):
 
 class SchedulerSpec(_Strict):
     """Early stopping: ASHA (Li et al. 2020, "A System for Massively Parallel
-    Hyperparameter Tuning"), budget in epochs."""
+    Hyperparameter Tuning"), budget in epochs; ``brackets`` > 1 runs asynchronous
+    Hyperband (Li et al. 2018): bracket ``k`` starts at ``grace_period *
+    reduction_factor**k`` (``automl.search.RungPolicy``)."""
 
     type: Literal["asha", "none"] = "asha"
     grace_period: int = Field(1, ge=1)
     reduction_factor: float = Field(3.0, ge=2)
     max_epochs: int | None = Field(None, ge=1)
+    brackets: int = Field(1, ge=1)
 
 
 class SelectionSpec(_Strict):

@@ -1,6 +1,6 @@
 """W&B basics: which mode a sweep logs in, deterministic run ids, starting a run.
 
-All runs are started from the driver process (see ``_callbacks.WandbTrials``), in the
+All runs are started from the driver process (see ``_sinks.WandbTrials``), in the
 run directory (``<run_dir>/wandb/``), with W&B's console capture, system metrics,
 git and code saving off: a run's start costs about 0.25 s once W&B's service runs
 (measured; ``benchmarks/bench_wandb.py``).
@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-from dataclasses import asdict, dataclass
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +101,38 @@ class WandbTarget:
         return f"wandb sync {Path(self.dir) / 'wandb'}"
 
 
-def wandb_target(exp: Experiment, run_dir: Path) -> WandbTarget | None:
-    """The sweep's :class:`WandbTarget`, or None when tracking resolves to disabled.
+#: seconds an online W&B server gets to answer before the sweep logs offline
+PROBE_TIMEOUT_S = 5.0
+#: W&B's own bound on starting an online run (its default is 90 s)
+INIT_TIMEOUT_S = 10.0
+
+
+def unreachable(base_url: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why the W&B server at ``base_url`` (default ``WANDB_BASE_URL`` or api.wandb.ai)
+    cannot be reached within ``timeout`` seconds, or None when it answers (any HTTP
+    status counts as an answer)."""
+    url = base_url or os.environ.get("WANDB_BASE_URL", DEFAULT_HOST)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        return f"{url} unreachable ({type(reason).__name__}: {reason})"[:240]
+
+
+def go_offline(target: WandbTarget, why: str, note=print) -> WandbTarget:
+    """``target`` in offline mode, said in one line with the ``wandb sync`` hint."""
+    note(f"wandb  {why}: logging offline; upload later with `{target.sync_command()}`")
+    return replace(target, mode="offline")
+
+
+def wandb_target(exp: Experiment, run_dir: Path, note=print,
+                 probe_timeout: float = PROBE_TIMEOUT_S) -> WandbTarget | None:
+    """The sweep's :class:`WandbTarget`, or None when tracking resolves to disabled. An
+    online target whose server does not answer within ``probe_timeout`` seconds
+    (:func:`unreachable`) is returned offline, said through ``note``.
 
     Raises:
         SpecError: W&B is asked for but the ``wandb`` package is not installed.
@@ -111,8 +143,13 @@ def wandb_target(exp: Experiment, run_dir: Path) -> WandbTarget | None:
     if importlib.util.find_spec("wandb") is None:
         raise SpecError("the wandb package is not installed", where="tracking.backend",
                         fix="pip install wandb, or set tracking.backend: none")
-    return WandbTarget(mode, exp.tracking.mode, exp.tracking.project or exp.name,
-                       exp.tracking.entity, run_dir.name, str(Path(run_dir).resolve()))
+    target = WandbTarget(mode, exp.tracking.mode, exp.tracking.project or exp.name,
+                         exp.tracking.entity, run_dir.name, str(Path(run_dir).resolve()))
+    if mode == "online":
+        why = unreachable(timeout=probe_timeout)
+        if why is not None:
+            target = go_offline(target, why, note)
+    return target
 
 
 def start_run(target: WandbTarget, trial_id: str, config: dict | None = None,
@@ -127,7 +164,8 @@ def start_run(target: WandbTarget, trial_id: str, config: dict | None = None,
 
     settings = wandb.Settings(console="off", x_disable_stats=True, x_disable_machine_info=True,
                               disable_git=True, save_code=False, silent=True,
-                              x_disable_meta=True, allow_offline_artifacts=True)
+                              x_disable_meta=True, allow_offline_artifacts=True,
+                              init_timeout=INIT_TIMEOUT_S)
     Path(target.dir).mkdir(parents=True, exist_ok=True)
     return wandb.init(
         project=target.project, entity=target.entity, group=target.group, name=trial_id,

@@ -34,14 +34,14 @@ class Admission:
 
 def _alive_nodes() -> list[dict[str, float]]:
     """The alive nodes' resources; on an autoscaling cluster, the nodes it can grow to
-    (:func:`automl.autoscale.capacity`), so trials wait for the autoscaler instead of
+    (:func:`automl.cluster.capacity`), so trials wait for the autoscaler instead of
     failing, while a request no node type can hold still fails fast."""
     import ray
 
-    from automl import autoscale
+    from automl.cluster._autoscale import capacity, detect
 
     alive = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
-    return autoscale.capacity(alive, autoscale.detect())
+    return capacity(alive, detect())
 
 
 def _place(free: list[dict[str, float]], bundles: list[dict[str, float]]) -> bool:
@@ -124,9 +124,10 @@ def trial_bundles(resources) -> list[dict[str, float]]:
               "memory": float(resources.memory_per_worker_mb * 1024 * 1024)}
     if resources.gpus_per_worker:
         worker["GPU"] = resources.gpus_per_worker
-    from automl import autoscale  # an autoscaler cannot add nodes for undeclared resources
+    # an autoscaler cannot add nodes for resources its node types do not declare
+    from automl.cluster._autoscale import detect, drop_undeclared
 
-    worker = autoscale.drop_undeclared(worker, autoscale.detect())
+    worker = drop_undeclared(worker, detect())
     if not resources.distributed:
         return [worker]
     return [dict(DRIVER)] + [dict(worker) for _ in range(resources.workers_per_trial)]

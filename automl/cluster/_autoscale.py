@@ -9,7 +9,7 @@ The node types come from, first that answers:
    YAML/JSON text itself) with ``available_node_types`` (``resources``, ``max_workers``),
    for setups where the autoscaler runs out of sight (KubeRay's autoscaler sidecar);
 2. the cluster config the autoscaler reports to GCS (autoscaler v2), read with
-   ``ray._private.state.state.get_cluster_config()`` as Ray Data does;
+   :func:`automl.cluster._ray_private.gcs_cluster_config` (private in Ray; ray#37838);
 3. the ``--autoscaling-config`` file of the v1 autoscaler (``monitor.py``) serving this
    cluster's GCS, found among this machine's processes: the driver of a sweep runs on the
    head (``automl submit``, ``ray exec``), where the cluster launcher's autoscaler runs.
@@ -68,13 +68,9 @@ def from_cluster_config(config: dict, source: str) -> Autoscaling | None:
 
 
 def _from_gcs() -> Autoscaling | None:
-    try:
-        import ray._private.state as state
+    from automl.cluster._ray_private import gcs_cluster_config
 
-        cfg = state.state.get_cluster_config()
-    except Exception as e:  # not connected, or a Ray without this API
-        logger.debug("no cluster config in GCS: %s", e)
-        return None
+    cfg = gcs_cluster_config()
     if cfg is None:
         return None
     types = []

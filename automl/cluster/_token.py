@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+from automl.cluster._ray_private import reload_auth_config, token_loader_has_token
+
 AUTH_MODE = "RAY_AUTH_MODE"
 TOKEN_FIX = ("put the cluster's token in ~/.ray/auth_token or $RAY_AUTH_TOKEN "
              "(`ray get-auth-token` on the head prints it) and set RAY_AUTH_MODE=token")
@@ -20,15 +22,13 @@ TOKEN_FIX = ("put the cluster's token in ~/.ray/auth_token or $RAY_AUTH_TOKEN "
 
 def token_available() -> bool:
     """True when Ray's token loader finds a token (env var, token file or default path)."""
-    try:
-        from ray._raylet import AuthenticationTokenLoader
-
-        return bool(AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True))
-    except (ImportError, AttributeError, TypeError):  # an older or newer Ray: look ourselves
-        if os.environ.get("RAY_AUTH_TOKEN"):
-            return True
-        path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
-        return os.path.isfile(path)
+    found = token_loader_has_token()
+    if found is not None:
+        return found
+    if os.environ.get("RAY_AUTH_TOKEN"):  # a Ray without that loader: look ourselves
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    return os.path.isfile(path)
 
 
 def use_cluster_token() -> bool:
@@ -43,10 +43,5 @@ def use_cluster_token() -> bool:
     if not token_available():
         return False
     os.environ[AUTH_MODE] = "token"
-    try:  # Ray caches its config at first use: refresh it so this process sees the mode
-        from ray._raylet import Config
-
-        Config.initialize("")
-    except (ImportError, AttributeError):
-        pass
+    reload_auth_config()  # Ray caches its config at first use: let this process see the mode
     return True

@@ -1,4 +1,7 @@
-"""Connecting to Ray: start a local instance (dashboard on loopback) or join a cluster."""
+"""Connecting to Ray: start a local instance (dashboard on loopback) or join a cluster.
+
+Importing this module sets the Ray and Tune environment defaults below, before ray is
+imported anywhere."""
 
 from __future__ import annotations
 
@@ -8,20 +11,21 @@ import os
 import socket
 from dataclasses import dataclass
 
+from automl.cluster._ray_private import METRICS_PORT_KWARG
 from automl.errors import ResourceError
 
 # Before ray is imported anywhere: no usage-stats prompt or upload, quiet Tune output.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "0")
+# Tune's own CSV/JSON/TensorBoard loggers off: the sweep's ledger and its sinks record.
+os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
 # Train V2's controller polls its workers at this interval and a report waits for the
 # poll: the default 2 s adds up to 2 s per epoch to every data-parallel trial.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
-# Snapshot Tune's experiment state at every controller step (a few ms here) rather than
-# every few seconds: after a SIGKILL, resume then sees each trial as it last was, and a
-# trial that already ended is not trained again.
-os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
+# Resume reads the run directory (study.db, trials.jsonl, the trials' checkpoints), never
+# Tune's experiment snapshots: let Tune write them rarely (it still does at the end).
+os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "3600")
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class RayHandle:
     address: str
     dashboard_url: str | None
     metrics_url: str | None = None
+    session_dir: str | None = None
 
 
 def is_loopback(host: str) -> bool:
@@ -90,7 +95,7 @@ def connect(
         return RayHandle(False, ctx.gcs_address, None)
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        from automl._raytoken import use_cluster_token
+        from automl.cluster._token import use_cluster_token
 
         use_cluster_token()  # Ray 2.60 clusters require their token by default
         info = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
@@ -118,10 +123,11 @@ def connect(
         dashboard_port=dashboard_port,
         logging_level=logging.WARNING,
         log_to_driver=False,
-        _metrics_export_port=metrics_export_port,
+        **{METRICS_PORT_KWARG: metrics_export_port},
     )
     return RayHandle(True, info.address_info.get("gcs_address", ""), _dashboard(info),
-                     f"http://127.0.0.1:{metrics_export_port}/metrics")
+                     f"http://127.0.0.1:{metrics_export_port}/metrics",
+                     info.address_info.get("session_dir"))
 
 
 def _dashboard(info) -> str | None:

@@ -1,0 +1,17 @@
+"""The spec's rung policy: :class:`~automl.search._asha.RungPolicy` from ``scheduler``."""
+
+from __future__ import annotations
+
+from automl.search._asha import RungPolicy
+from automl.spec import Experiment
+
+
+def make_policy(exp: Experiment) -> RungPolicy | None:
+    """ASHA (Li et al. 2020) in epochs from ``exp.scheduler`` (``brackets`` > 1:
+    asynchronous Hyperband, Li et al. 2018), judging ``search.metric`` in ``search.mode``
+    up to :attr:`Experiment.max_epochs`; None when ``scheduler.type`` is ``none``."""
+    sch = exp.scheduler
+    if sch.type == "none":
+        return None
+    return RungPolicy(sch.grace_period, sch.reduction_factor, exp.max_epochs,
+                      mode=exp.search.mode, brackets=sch.brackets, seed=exp.search.seed)
