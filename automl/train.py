@@ -104,6 +104,9 @@ class TrialDiverged(RuntimeError):
         self.epoch, self.reason = epoch, reason
         super().__init__(f"diverged at epoch {epoch}: {reason}")
 
+    def __reduce__(self):  # pickled across processes (Ray) with both arguments
+        return (type(self), (self.epoch, self.reason))
+
 
 @dataclass(frozen=True)
 class Guard:

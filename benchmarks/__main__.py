@@ -22,7 +22,7 @@ os.environ.setdefault("WANDB_MODE", "offline")
 
 from benchmarks._common import RESULTS, Result, machine, write  # noqa: E402
 
-ORDER = ("orchestration", "search_quality", "baselines", "scaling", "compression")
+ORDER = ("orchestration", "search_quality", "baselines", "scaling", "compression", "chaos")
 
 
 def main(argv: list[str] | None = None) -> int:

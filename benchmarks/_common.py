@@ -215,6 +215,7 @@ def trial_rows(run_dir: Path) -> list[list[dict]]:
     ``train_time_s``, ``eval_time_s``, ``setup_s`` ...) grouped by trial, each trial's rows
     in report order and the trials in the order they first reported."""
     rows = [json.loads(x) for x in (run_dir / "trials.jsonl").read_text().splitlines() if x]
+    rows = [r for r in rows if "event" not in r]  # epoch reports, not start / end events
     by_trial: dict[str, list[dict]] = {}
     for r in sorted(rows, key=lambda r: r["time"]):
         by_trial.setdefault(r["trial_id"], []).append(r)

@@ -1,12 +1,11 @@
-"""A simulated backend for search-quality benchmarks (Syne Tune's idea): the searcher and
-scheduler objects the project builds (Ray Tune's ``OptunaSearch`` over
-``automl.search.make_sampler``, ``automl.search._tuner.make_scheduler``) are driven with
-the hooks in the order Ray Tune's controller calls them, one trial at a time, against a
-synthetic objective that costs nothing to evaluate. No clock, no sleeps: the budget is
-counted in fidelity units (one unit = one epoch of one trial).
+"""A simulated backend for search-quality benchmarks (Syne Tune's idea): the search core
+the project runs (:class:`automl.search.StudySearch` over ``make_sampler``, and the rung
+policy :class:`automl.search.RungPolicy`) is driven through its public methods, one trial
+at a time, against a synthetic objective that costs nothing to evaluate. No clock, no
+sleeps: the budget is counted in fidelity units (one unit = one epoch of one trial).
 
-:func:`run_tune_runtime` runs the same objects through a real ``Tuner`` so a benchmark can
-check that the simulation and Ray Tune see the same sequence of reports.
+:func:`run_tune_runtime` runs the same objects through a real ``Tuner`` (via the Tune
+adapters) so a benchmark can check that the simulation and Ray Tune see the same reports.
 
 Objective: MF-Hartmann6 (``mfh6_good`` of ``mf-prior-bench``, Mallik et al. 2023, after
 Kandasamy et al. 2017): 6 inputs in [0, 1], fidelity 1..100 (epochs), minimised, optimum
@@ -48,47 +47,42 @@ def space(trial: Any) -> None:
         trial.suggest_float(p, 0.0, 1.0)
 
 
-class _Trial:
-    """The part of a Tune ``Trial`` that schedulers read."""
+def simulate(search, policy, objective: Callable, budget: int, max_t: int,
+             stopped_as_complete: bool = False) -> list:
+    """Sequential trials through the search core's public methods, as the project's
+    searcher and rung policy see them in a sweep: ``search.ask()`` (a
+    :class:`automl.search.StudySearch`), one ``search.report`` and
+    ``policy.on_report`` per epoch (a :class:`automl.search.RungPolicy`, or None for no
+    early stopping), then ``search.end`` with the one end-state rule. No Ray, no clock:
+    the budget is counted in fidelity units (one unit = one epoch of one trial).
 
-    def __init__(self, trial_id: str, config: dict):
-        self.trial_id, self.config = trial_id, config
-
-
-def simulate_tune(searcher, scheduler, objective: Callable, budget: int, max_t: int) -> list:
-    """Sequential trials through Tune's searcher and scheduler hooks, as the controller
-    calls them (``TuneController._process_trial_result`` and ``stop_trial``): per report,
-    ``scheduler.on_trial_result``, then ``searcher.on_trial_result`` unless the decision is
-    STOP; at a trial's end ``scheduler.on_trial_complete`` and ``searcher.on_trial_complete``
-    with its last result.
+    Args:
+        stopped_as_complete: tell a stopped trial COMPLETE with its last (low-fidelity)
+            value, as Ray's own ``OptunaSearch`` does, instead of PRUNED.
 
     Returns:
         ``[(trial_index, epoch, value)]`` in report order, ``budget`` entries at most.
     """
-    from ray.tune.schedulers import TrialScheduler
-    from ray.tune.search import Searcher
+    from automl.search import STOP, end_state
 
     log: list[tuple[int, int, float]] = []
     n = 0
     while len(log) < budget:
-        tid = f"sim{n:05d}"
-        config = searcher.suggest(tid)
-        if config is None or config == Searcher.FINISHED:
+        s = search.ask()
+        if s is None:
             break
-        trial = _Trial(tid, config)
-        scheduler.on_trial_add(None, trial)
-        result: dict = {}
+        epoch, value = 0, None
         for t in range(1, max_t + 1):
-            value = objective(config, t)
+            epoch, value = t, objective(s.config, t)
             log.append((n, t, value))
-            result = {METRIC: value, "epoch": t, "training_iteration": t, "trial_id": tid}
-            decision = scheduler.on_trial_result(None, trial, result)
-            if decision != TrialScheduler.STOP:
-                searcher.on_trial_result(tid, result)
-            if decision == TrialScheduler.STOP or len(log) >= budget:
+            search.report(s.number, t, value)
+            stop = policy is not None and policy.on_report(s.number, t, value) == STOP
+            if stop or len(log) >= budget:
                 break
-        scheduler.on_trial_complete(None, trial, result)
-        searcher.on_trial_complete(tid, result)
+        state = end_state(epoch, max_t)
+        if stopped_as_complete and state == "stopped_early":
+            state = "completed"
+        search.end(s.number, state, epoch, value)
         n += 1
     return log
 
@@ -96,7 +90,7 @@ def simulate_tune(searcher, scheduler, objective: Callable, budget: int, max_t: 
 def simulate_optuna(study, objective: Callable, budget: int, max_t: int) -> list:
     """Plain Optuna, sequential (what ``study.optimize`` does with a pruning objective),
     written with ask-and-tell so it stops exactly at ``budget`` units. Same return as
-    :func:`simulate_tune`."""
+    :func:`simulate`."""
     import optuna
 
     log: list[tuple[int, int, float]] = []
@@ -120,12 +114,17 @@ def simulate_optuna(study, objective: Callable, budget: int, max_t: int) -> list
     return log
 
 
-def run_tune_runtime(make_searcher: Callable, make_scheduler: Callable, objective: Callable,
+def run_tune_runtime(make_search: Callable, make_policy: Callable, objective: Callable,
                      budget: int, max_t: int, storage: str) -> list:
-    """The same search through a real ``Tuner`` (function trainable reporting every epoch,
-    one trial at a time, ``reuse_actors=True``) on the connected Ray instance; stops all
-    trials once ``budget`` reports arrived. Same return as :func:`simulate_tune`."""
+    """The same search core through a real ``Tuner`` (function trainable reporting every
+    epoch, one trial at a time, ``reuse_actors=True``), plugged in by the project's
+    adapters (:class:`StudySearcher`, :class:`RungScheduler`) on the connected Ray
+    instance; stops all trials once ``budget`` reports arrived. Same return as
+    :func:`simulate`."""
     from ray import tune
+
+    from automl.search._adapters import TRIAL_KEY, RungScheduler, StudySearcher
+    from automl.search._tuner import EpochsOf
 
     log: list[tuple[int, int, float]] = []
     index: dict[str, int] = {}
@@ -143,14 +142,17 @@ def run_tune_runtime(make_searcher: Callable, make_scheduler: Callable, objectiv
             return len(log) >= budget
 
     def trainable(config):
+        cfg = {k: v for k, v in config.items() if k != TRIAL_KEY}
         for t in range(1, max_t + 1):
-            tune.report({METRIC: objective(config, t), "epoch": t})
+            tune.report({METRIC: objective(cfg, t), "epoch": t})
 
+    searcher = StudySearcher(make_search(), METRIC, "min", EpochsOf(max_t), note=lambda s: None)
     tuner = tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(metric=METRIC, mode="min", search_alg=make_searcher(),
-                                    scheduler=make_scheduler(), num_samples=budget,
-                                    max_concurrent_trials=1, reuse_actors=True),
+        tune_config=tune.TuneConfig(metric=METRIC, mode="min", search_alg=searcher,
+                                    scheduler=RungScheduler(make_policy(), METRIC),
+                                    num_samples=budget, max_concurrent_trials=1,
+                                    reuse_actors=True),
         run_config=tune.RunConfig(storage_path=storage, stop=Budget(), verbose=0),
     )
     tuner.fit()

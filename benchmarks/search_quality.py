@@ -5,8 +5,8 @@ Methods, each run to the same budget (``budget_full`` full trainings = ``100 x
 budget_full`` epochs), once per seed:
 
 * ``automl``: this project's defaults: ``make_sampler`` (TPE, ``n_startup_trials`` 8,
-  constant liar) in the project's ``OptunaSearch`` subclass (a trial ASHA stopped is told
-  PRUNED) + ``make_scheduler`` (ASHA, grace period 1, reduction factor 3, max 100 epochs);
+  constant liar) in the project's ``StudySearch`` (a trial ASHA stopped is told PRUNED) +
+  ``make_policy`` (ASHA, grace period 1, reduction factor 3, max 100 epochs);
 * ``random``: random search, every trial trained to 100 epochs (no early stopping);
 * ``random_asha``: random search + the same ASHA;
 * ``optuna``: plain Optuna defaults, ``TPESampler(seed)`` + ``SuccessiveHalvingPruner()``;
@@ -48,37 +48,26 @@ def _experiment(sampler: str, seed: int, n_startup: int, rf: float, grace: int, 
                       "reduction_factor": rf, "max_epochs": 100}})
 
 
-def _stack(exp, ray_default: bool = False):
-    """(searcher, scheduler) factories built the way ``automl.search`` builds them (its
-    ``OptunaSearch`` subclass, in memory). ``ray_default``: Ray's own ``OptunaSearch``,
-    which tells a trial ASHA stopped as COMPLETE with its low-fidelity value."""
-    from ray.tune.search.optuna import OptunaSearch
+def _stack(exp):
+    """(search, policy) factories built the way ``automl.search`` builds them, with the
+    study in memory."""
+    import optuna
 
-    from automl.search import make_sampler
-    from automl.search._tuner import _OptunaSearch, epochs_of, make_scheduler
-    from benchmarks._simulate import METRIC, space
+    from automl.search import StudySearch, make_policy, make_sampler
+    from benchmarks._simulate import space
 
-    def searcher():
-        if ray_default:
-            return OptunaSearch(space, metric=METRIC, mode="min",
-                                sampler=make_sampler(exp.search))
-        return _OptunaSearch(space, metric=METRIC, mode="min", sampler=make_sampler(exp.search),
-                             epochs_of=epochs_of(exp))
+    def search():
+        return StudySearch(space, optuna.storages.InMemoryStorage(), exp.name,
+                           make_sampler(exp.search), "min", 10**6)
 
-    def scheduler(standalone: bool = True):
-        s = make_scheduler(exp)
-        if standalone:  # a Tuner sets these itself from its TuneConfig
-            s.set_search_properties(METRIC, "min")
-        return s
-
-    return searcher, scheduler
+    return search, lambda: make_policy(exp)
 
 
 def run_method(method: str, seed: int, budget: int) -> list:
     """One search; ``[(trial, epoch, value)]`` in report order."""
     import optuna
 
-    from benchmarks._simulate import MFH6, simulate_optuna, simulate_tune
+    from benchmarks._simulate import MFH6, simulate, simulate_optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     f = MFH6(seed + 1)
@@ -94,8 +83,8 @@ def run_method(method: str, seed: int, budget: int) -> list:
         ray_default = False
         exp = _experiment("random" if method.startswith("random") else "tpe", seed, 8, 3, 1,
                           method != "random")
-    searcher, scheduler = _stack(exp, ray_default)
-    return simulate_tune(searcher(), scheduler(), f, budget, f.max_t)
+    search, policy = _stack(exp)
+    return simulate(search(), policy(), f, budget, f.max_t, stopped_as_complete=ray_default)
 
 
 def incumbent(log: list, optimum: float) -> list[float]:
@@ -125,19 +114,19 @@ def tune_conformance(budget: int, seed: int = 0) -> dict:
     """Run ``automl`` for one seed through a real Ray ``Tuner`` and the simulation; equal
     report sequences mean the simulation is what Ray Tune would have done."""
     from automl import cluster as runtime
-    from benchmarks._simulate import MFH6, run_tune_runtime, simulate_tune
+    from benchmarks._simulate import MFH6, run_tune_runtime, simulate
 
     f = MFH6(seed + 1)
-    searcher, scheduler = _stack(_experiment("tpe", seed, 8, 3, 1, True))
+    search, policy = _stack(_experiment("tpe", seed, 8, 3, 1, True))
     t0 = time.perf_counter()
     handle = runtime.connect(num_cpus=2, object_store_mb=200, dashboard_port=0)
     try:
         with tempfile.TemporaryDirectory() as d:
-            real = run_tune_runtime(searcher, lambda: scheduler(False), f, budget, f.max_t, d)
+            real = run_tune_runtime(search, policy, f, budget, f.max_t, d)
     finally:
         runtime.shutdown(handle)
     wall = time.perf_counter() - t0
-    sim = simulate_tune(searcher(), scheduler(), f, budget, f.max_t)
+    sim = simulate(search(), policy(), f, budget, f.max_t)
     same = len(real) == len(sim) and all(
         a[:2] == b[:2] and abs(a[2] - b[2]) < 1e-12 for a, b in zip(real, sim, strict=True))
     return {"budget_units": budget, "seed": seed, "identical": same, "reports": len(real),
@@ -226,12 +215,12 @@ def run(quick: bool, ctx: dict) -> Result:
         res.data["tune_conformance"] = {"error": f"{type(e).__name__}: {e}"}
     conf = res.data["tune_conformance"]
     res.notes += [
-        "Simulated trainable: the project's OptunaSearch + ASHA objects are driven with Ray "
-        "Tune's hook order, one trial at a time, no clock (benchmarks/_simulate.py). "
+        "Simulated trainable: the project's StudySearch + RungPolicy are driven through their "
+        "public methods, one trial at a time, no clock (benchmarks/_simulate.py). "
         f"Check against a real Tuner on the same seed ({conf.get('budget_units')} epochs): "
         f"identical report sequence = {conf.get('identical', conf.get('error'))}.",
         "A trial stopped by ASHA reaches Optuna as PRUNED with the value of the epoch it "
-        "stopped at (the project's OptunaSearch subclass), as plain Optuna's pruner does; "
+        "stopped at (the project's StudySearch), as plain Optuna's pruner does; "
         "Ray's own OptunaSearch tells it COMPLETE with that low-fidelity value, which TPE "
         "then ranks against fully trained trials (the 'told COMPLETE' row, full mode).",
     ]

@@ -177,6 +177,25 @@ def reason_of(error: str | None) -> str | None:
     return lines[-1][:300] if lines else "failed"
 
 
+def error_text(trial) -> str:
+    """The last error of a Tune ``Trial``: its error file (``Trial.error_file``, written
+    locally by Tune before it calls ``on_trial_error``; each retry appends a ``Failure #``
+    section), else ``Trial.get_error()`` (the synced copy), else ``"failed"``."""
+    path = getattr(trial, "error_file", None)
+    text = None
+    if path:
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError:
+            text = None
+    if not text:
+        text = trial.get_error()
+    if not text:
+        return "failed"
+    parts = re.split(r"^Failure # \d+ \(occurred at [^)]*\)\n", str(text), flags=re.M)
+    return parts[-1].strip() or str(text)
+
+
 class Ledger(Callback):
     """The sweep's Tune callback (module doc): trial events -> ``trials.jsonl`` + sinks.
 
@@ -302,8 +321,7 @@ class Ledger(Callback):
         self.end(int(trial.config[TRIAL_KEY]))
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        error = trial.get_error()
-        self.end(int(trial.config[TRIAL_KEY]), error=str(error) if error else "failed")
+        self.end(int(trial.config[TRIAL_KEY]), error=error_text(trial))
 
     def __getstate__(self) -> dict:
         # Tune pickles its callbacks into its experiment snapshot; this process keeps the

@@ -89,7 +89,7 @@ class StudySearch:
 
     Args:
         space: the define-by-run function (:func:`automl.space.define_by_run`); called with
-            an ``optuna.Trial``, it returns the fixed values.
+            an ``optuna.Trial``, it returns the fixed values (or None: there are none).
         storage: an Optuna storage URL (``sqlite:///.../study.db``) or storage object.
         study_name: the study's name (created, or loaded when it exists).
         sampler: the Optuna sampler (:func:`automl.search.make_sampler`), or a function of
@@ -187,20 +187,19 @@ class StudySearch:
         for attempt in range(self.patience + 64):
             study = self.study if attempt < self.patience else self._random
             trial = study.ask()
-            fixed = self.space(trial)
+            fixed = self.space(trial) or {}
             if self._fresh(trial):
                 return self._hand_out(trial, fixed)
         trial = self._untried()
         if trial is None:
             return None
-        return self._hand_out(trial, self.space(trial))
+        return self._hand_out(trial, self.space(trial) or {})
 
     def _config(self, params: dict[str, Any]) -> dict[str, Any]:
         from automl.space import Replay
 
         replay = Replay(params)
-        fixed = self.space(replay)
-        return {**params, **fixed}
+        return {**params, **(self.space(replay) or {})}
 
     def _hand_out(self, trial: optuna.Trial, fixed: dict) -> Suggestion:
         params = dict(trial.params)

@@ -28,12 +28,15 @@ class TrialData:
 
 
 def checkpoint_epochs(exp: Experiment, epochs: int) -> set[int]:
-    """Epochs after which a trial saves a checkpoint: those where the rung policy can stop
-    it (:meth:`RungPolicy.rung_epochs`, so a stopped trial's last checkpoint is its last
-    epoch) and the trial's final epoch."""
+    """Epochs after which a trial of ``epochs`` epochs saves its checkpoint: those where the
+    rung policy can stop it (:meth:`RungPolicy.rung_epochs`, so a stopped trial's last
+    checkpoint is its last epoch), its final epoch, and every
+    ``training.checkpoint_every`` epochs (when > 0)."""
     policy = make_policy(exp)
     rungs = policy.rung_epochs() if policy is not None else []
-    return {e for e in rungs if e <= epochs} | {epochs}
+    every = exp.training.checkpoint_every
+    periodic = set(range(every, epochs + 1, every)) if every else set()
+    return {e for e in rungs if e <= epochs} | periodic | {epochs}
 
 
 @dataclass(frozen=True)

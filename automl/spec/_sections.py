@@ -211,7 +211,11 @@ class GuardSpec(_Strict):
 
 
 class TrainingSpec(_Strict):
-    """Optimisation hyperparameters of one trial; ``epochs`` is the fidelity ASHA cuts."""
+    """Optimisation hyperparameters of one trial; ``epochs`` is the fidelity ASHA cuts.
+
+    ``checkpoint_every``: a trial saves its checkpoint where the scheduler can stop it,
+    at its last epoch and, when > 0, every that many epochs (what a crashed trial or a
+    killed sweep continues from; 0 keeps only the first two)."""
 
     optimizer: Domain = "adam"
     lr: Domain = 1e-3
@@ -223,6 +227,7 @@ class TrainingSpec(_Strict):
     label_smoothing: float = Field(0.0, ge=0, lt=1)
     sgd: SGDSpace = SGDSpace()
     guard: GuardSpec = GuardSpec()
+    checkpoint_every: int = Field(0, ge=0)
 
     @field_validator("optimizer")
     @classmethod
