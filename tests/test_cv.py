@@ -144,8 +144,20 @@ def test_cross_validation_on_ray_scores_every_fold_and_names_the_winner(
     data, splits = digits
     exp = load_spec(write_spec(tmp_path, SPEC))
     good, bad = _candidate("good", 1e-2, 2), _candidate("bad", 1e-6, 1, width=16)
-    cv = cross_validate(exp, data, splits.pool, [bad, good])
+    log = tmp_path / "cv_folds.jsonl"
+    cv = cross_validate(exp, data, splits.pool, [bad, good], folds_log=log)
     assert cv.winner == "good" and cv.reason.startswith("balanced_accuracy: best CV mean")
+    # a driver killed after two fold trainings (mid-write of the third): the resumed
+    # cross-validation trains only the four others, and gets the same table
+    lines = log.read_text().splitlines()
+    assert len(lines) == 6
+    log.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
+    again = cross_validate(exp, data, splits.pool, [bad, good], folds_log=log)
+    assert len(log.read_text().splitlines()) == 2 + 1 + 4  # kept, torn, trained again
+    def scores(result):
+        return [[f["scores"] for f in c.folds] for c in result.candidates]
+
+    assert scores(again) == scores(cv) and again.winner == cv.winner  # training is seeded
     assert cv.plan["sizes"] == [[958, 479]] * 3
     for c in cv.candidates:
         assert [f["fold"] for f in c.folds] == [1, 2, 3]

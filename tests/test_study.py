@@ -130,6 +130,20 @@ def test_a_new_process_resumes_from_the_study_alone(tmp_path):
     assert again.study.trials[2].intermediate_values == {1: 0.3}
 
 
+def test_a_trial_killed_while_sampling_gets_its_missing_parameters_on_resume(tmp_path):
+    """A driver killed between two suggest_* calls leaves a RUNNING trial with part of its
+    parameters; the resume samples the rest on that same trial (same number)."""
+    first = _search(tmp_path, n=3)
+    partial = first.study.ask()  # as StudySearch.ask does, killed before the space ran whole
+    partial.suggest_float("x", 0.0, 1.0)
+    again = _search(tmp_path, n=3)
+    assert again.to_resume == [partial.number]
+    s = again.ask()
+    assert s.number == partial.number and s.resumed
+    assert s.params["x"] == partial.params["x"] and "training.epochs" in s.params
+    assert again.study.trials[s.number].params == s.params
+
+
 def test_every_sampler_samples_a_conditional_space(tmp_path):
     for sampler in ("tpe", "multivariate_tpe", "random", "cmaes", "gp", "qmc"):
         exp = Experiment.model_validate({

@@ -127,6 +127,7 @@ class StudySearch:
         self._random = optuna.load_study(study_name=study_name, storage=storage,
                                          sampler=optuna.samplers.RandomSampler(seed=seed))
         self._study_id = storage.get_study_id_from_name(study_name)
+        self._ids: dict[int, int] = {}
         self.exhausted: str | None = None
         self.duplicates = 0  # proposals answered from an earlier trial's record
         self._trials: dict[int, _Known] = {}
@@ -180,8 +181,15 @@ class StudySearch:
             number = self._resume.pop(0)
             if self._trials[number].state.is_finished():
                 continue  # told since (the ledger had its end)
-            params = self.params_of(number)
-            return Suggestion(number, params, self._config(params), resumed=True)
+            # A driver killed while sampling leaves a trial with some of its parameters:
+            # the space runs again on that same trial; Optuna returns the values it holds
+            # and samples the rest.
+            trial = optuna.trial.Trial(self.study, self._trial_id(number))
+            fixed = self.space(trial) or {}
+            params = dict(trial.params)
+            self._trials[number].params = params
+            self._tried[param_key(params)] = number
+            return Suggestion(number, params, {**params, **fixed}, resumed=True)
         if self._all_tried():
             return None
         for attempt in range(self.patience + 64):
@@ -194,12 +202,6 @@ class StudySearch:
         if trial is None:
             return None
         return self._hand_out(trial, self.space(trial) or {})
-
-    def _config(self, params: dict[str, Any]) -> dict[str, Any]:
-        from automl.space import Replay
-
-        replay = Replay(params)
-        return {**params, **(self.space(replay) or {})}
 
     def _hand_out(self, trial: optuna.Trial, fixed: dict) -> Suggestion:
         params = dict(trial.params)
@@ -247,7 +249,11 @@ class StudySearch:
 
     # -- report and end ---------------------------------------------------------------------
     def _trial_id(self, number: int) -> int:
-        return self.storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
+        """The storage's id of trial ``number`` (looked up once)."""
+        if number not in self._ids:
+            self._ids[number] = self.storage.get_trial_id_from_study_id_trial_number(
+                self._study_id, number)
+        return self._ids[number]
 
     def report(self, number: int, epoch: int, value: float | None) -> None:
         """Store ``value`` (the metric at ``epoch``) as the trial's intermediate value; a
