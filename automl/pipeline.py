@@ -296,7 +296,7 @@ def _check_kind(exp: Experiment, dataset) -> None:
 def _select(exp: Experiment, dataset, splits, top, run_dir: Path, console):
     """Cross-validate ``top``, refit the winner on train + validation rows and score it once
     on the test split; writes ``cv.json``, ``best/model.pt`` (with tabular data also
-    ``best/preprocessor.skops``) and ``confusion_matrix.json``.
+    ``best/preprocessor.skops``), ``confusion_matrix.json`` and ``reproducibility.json``.
     Folds are single-process Ray tasks with their own admission (one worker's resources)."""
     import torch
 
@@ -319,6 +319,10 @@ def _select(exp: Experiment, dataset, splits, top, run_dir: Path, console):
     if final["preprocessor"] is not None:  # tabular data: the preprocessing the refit used
         save_preprocessor(final["preprocessor"], dst.with_name(PREPROCESSOR_FILE))
     write_json(run_dir / "confusion_matrix.json", final["confusion_matrix"])
+    from automl.reproduce import write_record  # what `automl reproduce` retrains from
+
+    write_record(run_dir, exp, splits, final, spec_sha256=spec_hash(exp),
+                 data_sha256=dataset.checksum)
     return cv, final
 
 
