@@ -222,7 +222,7 @@ def test_registry_cli(reg, tmp_path):
     assert re.search(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d", row), row
     res = run(app, ["registry", "show", "digits@champion", *d])
     assert res.exit_code == 0
-    shown = json.loads(res.output)
+    shown = json.loads(res.stdout)  # the card's path goes to stderr
     assert (shown["version"], shown["aliases"], shown["lineage"]["kind"]) == (
         1, ["champion"], "winner")
     for args in (["show", "digits@9"], ["promote", "nope@1"], ["show", "../x"]):

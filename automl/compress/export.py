@@ -121,15 +121,31 @@ def export_model(model: nn.Module, out_dir: str | Path, name: str, recipe: dict[
 
 def load_state_dict_file(path: str | Path) -> dict[str, Any]:
     """``torch.load(path, weights_only=True)``; ``DataError`` if the file is missing or
-    holds anything but tensors/containers/primitives (e.g. a pickled module or code)."""
-    try:
+    holds anything but tensors/containers/primitives (e.g. a pickled module or code).
+    torchao's int8 tensors are allowed: importing torchao registers them with
+    ``torch.serialization.add_safe_globals`` (done here when the file needs them)."""
+    def load() -> dict[str, Any]:
         with quiet():
             return torch.load(path, map_location="cpu", weights_only=True)
+
+    try:
+        try:
+            return load()
+        except pickle.UnpicklingError as err:
+            if "torchao." not in str(err):
+                raise
+            from automl.compress.quantize import import_torchao
+
+            import_torchao()  # registers torchao's tensor classes as safe, then once more
+            return load()
     except (pickle.UnpicklingError, RuntimeError, OSError, EOFError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DataError(f"refused to load: {first}", where=str(path),
-                        fix="save with torch.save(model.state_dict()) and load weights only"
-                        ) from None
+        raise _refused(path, err) from None
+
+
+def _refused(path: str | Path, err: BaseException) -> DataError:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return DataError(f"refused to load: {first}", where=str(path),
+                     fix="save with torch.save(model.state_dict()) and load weights only")
 
 
 def fit_shapes(model: nn.Module, shapes: dict[str, list[int]]) -> nn.Module:
