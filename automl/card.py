@@ -212,19 +212,23 @@ def _lineage(c: CardInput) -> list[str]:
 
 def snippet(c: CardInput) -> str:
     """The Python loading snippet: every way this version can be loaded, run on one random
-    batch; prints one line per way (``pytorch``, ``torchscript``, ``onnx``) with the
-    predicted classes, then checks they agree."""
+    batch; prints one line per way (``pytorch`` or, for an ONNX-only version,
+    ``registry``; ``torchscript``; ``onnx``) with the predicted classes, then checks they
+    agree (the same file or weights behind each)."""
     root, ref = c.registry.resolve(), f"{c.name}@{c.version}"
     folder = c.folder.resolve()
+    way = "registry" if c.kind == "onnx-int8" else "pytorch"  # an ONNX-only version loads
+    # as an ONNX Runtime session behind the registry's call
     shape = ", ".join(str(d) for d in c.input_shape)
     lines = ["import torch", "", "from automl.registry import Registry", "",
              "torch.manual_seed(0)",
              f"x = torch.rand(4, {shape})  # 4 inputs as the model takes them (preprocessed)",
              "preds = {}", "",
-             "# PyTorch: rebuilt from the recorded config, weights loaded weights-only",
+             ("# PyTorch: rebuilt from the recorded config, weights loaded weights-only"
+              if way == "pytorch" else "# the registry: an ONNX Runtime session behind a call"),
              f"model, version = Registry({str(root)!r}).load({ref!r})",
              "with torch.no_grad():",
-             "    preds['pytorch'] = model(x).argmax(1).tolist()"]
+             f"    preds[{way!r}] = model(x).argmax(1).tolist()"]
     ts = "model.ts" if c.kind == "winner" else f"{c.export_name}.ts"
     if ts in c.files:
         lines += ["", "# TorchScript: needs torch only",
@@ -239,8 +243,7 @@ def snippet(c: CardInput) -> str:
                   "providers=['CPUExecutionProvider'])",
                   "preds['onnx'] = session.run(None, {'input': x.numpy()})[0].argmax(1).tolist()"]
     lines += ["", "for way, p in preds.items():", "    print(way, p)"]
-    if c.kind != "onnx-int8":  # an int8 model may disagree with its float twin on a row
-        lines += ["assert all(p == preds['pytorch'] for p in preds.values()), preds"]
+    lines += [f"assert all(p == preds[{way!r}] for p in preds.values()), preds"]
     return "\n".join(lines) + "\n"
 
 
@@ -274,7 +277,7 @@ def render_card(c: CardInput) -> str:
             "onnx-int8": f"ONNX Runtime's static int8 of {c.lineage.get('source_model')} "
                          f"(parent {c.lineage.get('parent')})"}[c.kind]
     head = [f"# {c.name}@{c.version}", "",
-            f"{what.capitalize() if what[0].islower() else what} of the sweep "
+            f"{what[0].upper() + what[1:]} of the sweep "
             f"`{c.lineage.get('sweep')}`" + (f" ({arch.get('family')})" if arch else "")
             + f"; registered {c.lineage.get('registered_at', '')}.".rstrip(), ""]
     parts = [head, _data(c), _search(c), _cv(c), _test(c), _confusion(c), _size(c),

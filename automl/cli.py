@@ -238,7 +238,7 @@ def registry_show(ref: str = typer.Argument(..., help="NAME, NAME@VERSION or NAM
         version = Registry(registry_dir).get(ref)
     console.print(json.dumps(version.to_dict(), indent=2), markup=False, highlight=False)
     # on stderr, so that stdout stays one JSON document (also under "card")
-    err_console.print(f"model card: {version.card}" if version.card else
+    err_console.print(f"model card: {version.card.resolve()}" if version.card else
                       "model card: none (registered before model cards)", markup=False,
                       highlight=False, soft_wrap=True)
 
@@ -307,8 +307,7 @@ def reproduce(run_dir: Path = typer.Argument(..., help="run directory of a finis
               ) -> None:
     """Retrain RUN_DIR's winner from its record and compare it with best/model.pt.
 
-    One line: weights identical, or (where identity is impossible, e.g. a GPU) the test
-    score within the CV standard error; exit 1 when neither held."""
+    Prints one line: weights identical, or else test score within the CV standard error; exit 1 when neither held."""
     from automl.reproduce import reproduce_run
 
     with _cli_errors():
