@@ -78,6 +78,11 @@ def run(quick: bool, ctx: dict) -> Result:
     for s in section["stages"]:
         res.notes.append(f"stage {s['index']} {s['stage']}: {s['status']}"
                          + (f" ({s['reason']})" if s.get("reason") else ""))
+        q = s.get("onnx_int8")
+        if q:
+            res.notes.append(f"stage {s['index']} {q['name']} (ONNX Runtime int8 of "
+                             f"{q['source']}): {q['status']}"
+                             + (f" ({q['reason']})" if q.get("reason") else ""))
     winner, final = rows[0], rows[-1]
     if final is not winner:
         res.notes.append(

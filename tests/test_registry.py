@@ -165,6 +165,7 @@ def fake_run(tmp_path: Path, with_compression: bool) -> tuple[Path, dict, torch.
     return run_dir, summary, model
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 def test_register_run_records_lineage_of_winner_and_compressed_models(reg, tmp_path):
     run_dir, summary, model = fake_run(tmp_path, with_compression=True)
     (run_dir / "trials.json").write_text(json.dumps([  # CV chose t_00002, not the search's best
