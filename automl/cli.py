@@ -1,6 +1,6 @@
 """Command line: ``automl search``, ``automl validate``, ``automl report``,
-``automl compress``, ``automl registry list|show|promote``, and ``automl submit|status|stop``
-for sweeps run as Ray jobs (``automl._cli_jobs``).
+``automl compress``, ``automl reproduce``, ``automl registry list|show|promote``, and
+``automl submit|status|stop`` for sweeps run as Ray jobs (``automl._cli_jobs``).
 
 Every error this package raises on purpose becomes one line on stderr and a
 stable exit code: 0 success, 1 failed run, 2 bad input (spec, data, flags),
@@ -229,7 +229,8 @@ def registry_list(registry_dir: Path = RegistryDir) -> None:
 @registry_app.command("show")
 def registry_show(ref: str = typer.Argument(..., help="NAME, NAME@VERSION or NAME@ALIAS"),
                   registry_dir: Path = RegistryDir) -> None:
-    """Print one version's record (files, lineage, aliases, tracking) as JSON."""
+    """Print one version's record (files, lineage, aliases, tracking, card) as JSON on
+    stdout, and the path of its model card on stderr."""
     import json
 
     from automl.registry import Registry
@@ -237,6 +238,10 @@ def registry_show(ref: str = typer.Argument(..., help="NAME, NAME@VERSION or NAM
     with _cli_errors():
         version = Registry(registry_dir).get(ref)
     console.print(json.dumps(version.to_dict(), indent=2), markup=False, highlight=False)
+    # on stderr, so that stdout stays one JSON document (also under "card")
+    err_console.print(f"model card: {version.card.resolve()}" if version.card else
+                      "model card: none (registered before model cards)", markup=False,
+                      highlight=False, soft_wrap=True)
 
 
 @registry_app.command("promote")
@@ -296,6 +301,19 @@ def compress(
 
         compress_run(run_dir, spec, console=console)
         register_recompressed(run_dir, console)
+
+
+@app.command()
+def reproduce(run_dir: Path = typer.Argument(..., help="run directory of a finished search")
+              ) -> None:
+    """Retrain RUN_DIR's winner from its record and compare it with best/model.pt.
+
+    Prints one line: weights identical, or else test score within the CV standard error; exit 1 when neither held."""
+    from automl.reproduce import reproduce_run
+
+    with _cli_errors():
+        result = reproduce_run(run_dir)
+    console.print(result.line(), markup=False, highlight=False)
 
 
 from automl._cli_jobs import register as _register_job_commands  # noqa: E402

@@ -371,8 +371,8 @@ def _cross_validate(exp: Experiment, dataset, splits, top, run_dir: Path, consol
 def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path) -> dict:
     """The refit stage: the CV winner retrained on train + validation rows and scored once
     on the test split. Writes ``best/model.pt`` (with tabular data also
-    ``best/preprocessor.skops``) and ``confusion_matrix.json``; returns the ``winner``,
-    ``test`` and ``confusion_matrix`` sections of the summary."""
+    ``best/preprocessor.skops``), ``confusion_matrix.json`` and ``reproducibility.json``;
+    returns the ``winner``, ``test`` and ``confusion_matrix`` sections of the summary."""
     import torch
 
     from automl.data import PREPROCESSOR_FILE, save_preprocessor
@@ -388,6 +388,10 @@ def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path) -> dict:
     if final["preprocessor"] is not None:  # tabular data: the preprocessing the refit used
         save_preprocessor(final["preprocessor"], dst.with_name(PREPROCESSOR_FILE))
     write_json(run_dir / "confusion_matrix.json", final["confusion_matrix"])
+    from automl.reproduce import write_record  # what `automl reproduce` retrains from
+
+    write_record(run_dir, exp, splits, final, spec_sha256=spec_hash(exp),
+                 data_sha256=dataset.checksum)
     return {
         "winner": {
             "trial_id": winner.trial_id,

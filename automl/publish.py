@@ -1,6 +1,11 @@
 """The last stage of the main job: register the chosen model (and every accepted
-compressed model) in the registry with its lineage, log them to W&B under the winning
-trial's run, and say where everything is.
+compressed model) in the registry with its lineage and a model card (``automl.card``),
+log them to W&B under the winning trial's run, and say where everything is.
+
+The winner's version holds ``model.pt`` (the checkpoint), ``model.ts`` (TorchScript) and
+``model.onnx`` (ONNX with a dynamic batch axis), copied from ``compression/winner.*`` when
+the chain ran, else exported here into ``best/``; a format that cannot be exported is left
+out and the card says why.
 
 Reads only the summary dict and files in the run directory, so the optional stages
 (cross-validation: ``summary["cv"]``; compression: ``summary["compression"]`` or a
@@ -16,8 +21,23 @@ from typing import Any
 from rich.console import Console
 
 from automl._io import write_json
-from automl.registry import CHECKPOINT, DEFAULT_REGISTRY, EXPORT, ModelVersion, Registry, now
-from automl.rundir import compression, cv_table, measured_models, read_trials, winner
+from automl.registry import (
+    CHECKPOINT,
+    DEFAULT_REGISTRY,
+    EXPORT,
+    ONNX,
+    ModelVersion,
+    Registry,
+    now,
+)
+from automl.rundir import (
+    compression,
+    cv_table,
+    measured_models,
+    onnx_int8_models,
+    read_trials,
+    winner,
+)
 from automl.spec import Experiment
 from automl.tracking import WandbTarget, log_winner, run_id
 
@@ -69,10 +89,91 @@ def _base_lineage(run_dir: Path, summary: dict) -> dict[str, Any]:
             "metric": summary.get("metric")}
 
 
+def _card(exp: Experiment, summary: dict, kind: str, files: dict, lineage: dict,
+          measurement: dict, input_shape, confusion: dict | None = None,
+          export_name: str | None = None, fmt: str = CHECKPOINT):
+    """The ``card`` callback of ``Registry.register``: renders ``MODEL_CARD.md`` once the
+    version number is known."""
+    from automl.card import CardInput, render_card
+
+    sizes = {t: Path(src).stat().st_size for t, src in files.items() if Path(src).is_file()}
+
+    def card(name: str, number: int, folder: Path) -> str:
+        lin = {**json.loads(json.dumps(lineage, default=str)), "registered_at": now()}
+        return render_card(CardInput(
+            name, number, folder, folder.parent.parent, kind, fmt, tuple(files), lin,
+            summary, exp.to_dict(), tuple(input_shape), measurement, confusion, export_name,
+            sizes))
+
+    return card
+
+
+def winner_formats(run_dir: Path, summary: dict) -> tuple[dict[str, Path], dict[str, Any]]:
+    """``best/model.ts`` and ``best/model.onnx`` of the run's winner (copied from
+    ``compression/winner.*`` when the chain exported them, else exported now) and its
+    measurement for the card (the chain's winner row, else ``card.measure_checkpoint``).
+
+    Returns:
+        ``({"model.ts": path, "model.onnx": path}, measurement)``; a format that cannot be
+        exported is missing, ``measurement["script_skipped"]``/``["onnx_skipped"]`` say why.
+    """
+    import shutil
+
+    import torch
+
+    from automl.compress.export import one_line
+    from automl.compress.job import ONNX_KEYS
+
+    best = Path(winner(summary)["checkpoint"])
+    out, files = best.parent, {}
+    shape = torch.load(best, map_location="cpu", weights_only=True)["input_shape"]
+    section = summary.get("compression") if isinstance(summary.get("compression"), dict) else {}
+    row = next((r for r in section.get("table") or [] if r.get("name") == "winner"), None)
+    comp_dir = Path(section.get("out_dir") or Path(run_dir) / "compression")
+    measurement = {**(dict(row) if row else {}), "input_shape": list(shape)}
+    for ext in (".ts", ".onnx"):
+        src = comp_dir / f"winner{ext}"
+        if row and src.is_file():
+            shutil.copyfile(src, out / f"model{ext}")
+            files[f"model{ext}"] = out / f"model{ext}"
+    if row:
+        if "model.ts" not in files:
+            measurement["script_skipped"] = (section.get("winner_export") or {}).get(
+                "script_skipped")
+        return files, measurement
+    from automl.card import measure_checkpoint
+    from automl.compress._base import quiet
+    from automl.compress.onnx_export import OnnxModel, export_onnx, ort_latency_ms
+    from automl.train import load_checkpoint
+
+    model, ckpt = load_checkpoint(best)
+    measurement = {**measure_checkpoint(best), **dict.fromkeys(ONNX_KEYS),
+                   "size_bytes": best.stat().st_size, "input_shape": list(shape)}
+    x = torch.rand(64, *ckpt["input_shape"], generator=torch.Generator().manual_seed(0))
+    try:
+        with quiet(), torch.no_grad():
+            torch.jit.save(torch.jit.trace(model, x[:2], check_trace=False), str(out / "model.ts"))
+        files["model.ts"] = out / "model.ts"
+    except Exception as err:
+        measurement["script_skipped"] = f"TorchScript cannot trace this model: {one_line(err)}"
+    try:
+        export_onnx(model, out / "model.onnx", x[:2])
+        sess = OnnxModel(out / "model.onnx").session
+        measurement.update(ort_latency_ms_b1=ort_latency_ms(sess, x[:1], 20),
+                           ort_latency_ms_b64=ort_latency_ms(sess, x, 7),
+                           onnx_bytes=(out / "model.onnx").stat().st_size)
+        files["model.onnx"] = out / "model.onnx"
+    except Exception as err:
+        (out / "model.onnx").unlink(missing_ok=True)
+        measurement["onnx_skipped"] = f"ONNX export failed: {one_line(err)}"
+    return files, measurement
+
+
 def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
                  target: WandbTarget | None = None) -> list[ModelVersion]:
-    """Register the run's winner as ``<registry.name>@n`` and each accepted compressed
-    model as ``<registry.name>-<NN_stage>@m`` (parent: the winner's version).
+    """Register the run's winner as ``<registry.name>@n`` (checkpoint, TorchScript, ONNX
+    and the model card) and each accepted compressed model as
+    ``<registry.name>-<NN_stage>@m`` (parent: the winner's version).
 
     Returns:
         The new versions, winner first.
@@ -94,13 +195,21 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
                "cv": ({"metric": cv["metric"], "scores": mine["scores"], "mean": mine["mean"],
                        "std": mine["std"]} if mine else None),
                "compression": [], "parent": None, "run_finished_at": now()}
-    files = {"model.pt": chosen["checkpoint"]}
+    files: dict[str, Any] = {"model.pt": chosen["checkpoint"]}
     pre = Path(chosen["checkpoint"]).with_name("preprocessor.skops")  # tabular data only
     if pre.is_file():
         files[pre.name] = pre
-    win = reg.register(name, files, format=CHECKPOINT,
-                       lineage=lineage,
-                       tracking=_tracking(target, chosen["trial_id"], name, ["best", sweep]))
+    formats, measurement = ({}, {}) if not Path(chosen["checkpoint"]).is_file() else \
+        winner_formats(run_dir, summary)
+    files.update(formats)
+    cm_path = Path(run_dir) / "confusion_matrix.json"
+    confusion = json.loads(cm_path.read_text()) if cm_path.is_file() else None
+    shape = measurement.get("input_shape") or \
+        (summary.get("data") or {}).get("model_input_shape") or []
+    card = _card(exp, summary, "winner", files, lineage, measurement, shape, confusion)
+    win = reg.register(name, files, format=CHECKPOINT, lineage=lineage,
+                       tracking=_tracking(target, chosen["trial_id"], name, ["best", sweep]),
+                       card=card)
     return [win, *register_compressed(reg, exp, run_dir, summary, win, target)]
 
 
@@ -108,8 +217,10 @@ def register_compressed(reg: Registry, exp: Experiment, run_dir: Path, summary: 
                         parent: ModelVersion, target: WandbTarget | None = None
                         ) -> list[ModelVersion]:
     """Register each accepted model of the run's compression chain as
-    ``<registry.name>-<NN_stage>@m``, its lineage pointing at ``parent`` (the winner's
-    version). An accepted model whose exported files are missing is skipped.
+    ``<registry.name>-<NN_stage>@m`` (state_dict, recipe, TorchScript and ONNX when they
+    exist, and the model card), its lineage pointing at ``parent`` (the winner's version),
+    and an accepted ONNX Runtime int8 model as ``<registry.name>-<NN>_quantize_ort@m``
+    (format ``automl.onnx/1``). An accepted model whose files are missing is skipped.
 
     Returns:
         The new versions, in chain order (empty without a chain).
@@ -119,28 +230,67 @@ def register_compressed(reg: Registry, exp: Experiment, run_dir: Path, summary: 
     base = _base_lineage(run_dir, summary)
     versions = []
     chain = compression(run_dir, summary)
-    accepted = [r for r in measured_models(chain) if r["status"] == "accepted"] if chain else []
+    rows = measured_models(chain) if chain else []
+    accepted = [r for r in rows if r["status"] == "accepted"]
+    table = {r.get("name"): r for r in (chain or {}).get("table") or []}
+    shape = (summary.get("data") or {}).get("model_input_shape") or []
     for row in accepted:
         export = row.get("export") or {}
-        files = [_locate(run_dir, export.get(k))
-                 for k in ("state_dict_path", "config_path", "script_path")]
+        files = [_locate(run_dir, export.get(k)) for k in ("state_dict_path", "config_path")]
         if not all(files):
             continue
         export_name = files[0].stem
+        extra = [_locate(run_dir, export.get("script_path")),
+                 _locate(run_dir, (row.get("onnx") or {}).get("path"))]
+        files += [f for f in extra if f]
         recipe = json.loads(files[1].read_text())
         child = f"{name}-{export_name}"
         measurement = {k: row.get(k) for k in ("params", "nonzero_params", "macs",
                                                "size_bytes", "latency_ms_b1",
                                                "latency_ms_b64", "accuracy", "val_accuracy",
                                                "agreement")}
+        onnx = row.get("onnx") or {}
+        measurement.update(ort_latency_ms_b1=onnx.get("latency_ms_b1"),
+                           ort_latency_ms_b64=onnx.get("latency_ms_b64"),
+                           onnx_skipped=onnx.get("skipped"),
+                           script_skipped=export.get("script_skipped"))
+        by_name = {f.name: f for f in files}
+        lineage = {**base, "kind": "compressed", "trial_id": chosen["trial_id"],
+                   "export_name": export_name, "test": {"accuracy": row.get("accuracy")},
+                   "measurement": measurement, "cv": None,
+                   "compression": recipe.get("lineage") or [export_name],
+                   "parent": parent.ref, "run_finished_at": now()}
         versions.append(reg.register(
-            child, {f.name: f for f in files}, format=EXPORT,
-            lineage={**base, "kind": "compressed", "trial_id": chosen["trial_id"],
-                     "export_name": export_name, "test": {"accuracy": row.get("accuracy")},
-                     "measurement": measurement, "cv": None,
-                     "compression": recipe.get("lineage") or [export_name],
-                     "parent": parent.ref, "run_finished_at": now()},
-            tracking=_tracking(target, chosen["trial_id"], child, [sweep])))
+            child, by_name, format=EXPORT, lineage=lineage,
+            tracking=_tracking(target, chosen["trial_id"], child, [sweep]),
+            card=_card(exp, summary, "compressed", by_name, lineage, measurement,
+                       recipe.get("input_shape") or shape, export_name=export_name, fmt=EXPORT)))
+    for q in onnx_int8_models(chain) if chain else []:
+        path = _locate(run_dir, q.get("path"))
+        if path is None:
+            continue
+        child, src = f"{name}-{q['name']}", table.get(q["name"]) or {}
+        measurement = {"params": src.get("params"), "nonzero_params": src.get("nonzero_params"),
+                       "macs": src.get("macs"), "accuracy": q.get("accuracy"),
+                       "val_accuracy": q.get("val_accuracy"), "agreement": q.get("agreement"),
+                       "ort_latency_ms_b1": q.get("latency_ms_b1"),
+                       "ort_latency_ms_b64": q.get("latency_ms_b64")}
+        src_row = next((r for r in rows if r.get("name") == q["source"]), {})
+        cfg = _locate(run_dir, (src_row.get("export") or {}).get("config_path"))
+        src_recipe = json.loads(cfg.read_text()) if cfg else {}
+        source_lineage = src_recipe.get("lineage") or [q["source"]]
+        files = {path.name: path}
+        lineage = {**base, "kind": "onnx-int8", "trial_id": chosen["trial_id"],
+                   "export_name": q["name"], "source_model": q["source"],
+                   "test": {"accuracy": q.get("accuracy")}, "measurement": measurement,
+                   "cv": None, "compression": [*source_lineage, q["name"]],
+                   "parent": parent.ref, "run_finished_at": now()}
+        versions.append(reg.register(
+            child, files, format=ONNX, lineage=lineage,
+            tracking=_tracking(target, chosen["trial_id"], child, [sweep]),
+            card=_card(exp, summary, "onnx-int8", files, lineage, measurement,
+                       src_recipe.get("input_shape") or shape, export_name=q["name"],
+                       fmt=ONNX)))
     return versions
 
 

@@ -6,8 +6,12 @@ Layout under the registry folder (``registry.dir``, default ``<output.dir>/regis
     <name>/.lock            serialises version numbering and alias changes (filelock)
     <name>/<n>/version.json name, version, created_at, format, files (sha256), lineage,
                             tracking
-    <name>/<n>/model.pt     the weights (``automl.checkpoint/1``), or ``NAME.pt/.json/.ts``
-                            for a compressed export (``automl.export/1``)
+    <name>/<n>/model.pt     the weights (``automl.checkpoint/1``) with ``model.ts`` and
+                            ``model.onnx`` when they could be exported; ``NAME.pt/.json``
+                            (``.ts``, ``.onnx``) for a compressed export (``automl.export/1``);
+                            ``NAME.onnx`` alone for ONNX Runtime's int8 (``automl.onnx/1``)
+    <name>/<n>/MODEL_CARD.md the model card (``automl.card``): data, search, scores, size,
+                            lineage and a loading snippet that runs
 
 A version folder is built in a hidden staging folder and renamed into place, so it
 appears whole or not at all; JSON files are replaced atomically. References are
@@ -23,7 +27,7 @@ import pickle
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,6 +41,8 @@ from automl.errors import RegistryError
 CHECKPOINT = "automl.checkpoint/1"
 DEFAULT_REGISTRY = "runs/registry"  # the CLI's --dir default: <output.dir>/registry of the default
 EXPORT = "automl.export/1"
+ONNX = "automl.onnx/1"
+CARD = "MODEL_CARD.md"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ALIAS = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
@@ -86,9 +92,16 @@ class ModelVersion:
     def ref(self) -> str:
         return f"{self.name}@{self.version}"
 
+    @property
+    def card(self) -> Path | None:
+        """The version's model card (``MODEL_CARD.md``), or None when it has none."""
+        path = self.path / CARD
+        return path if CARD in self.files and path.is_file() else None
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["path"], out["aliases"] = str(self.path), list(self.aliases)
+        out["card"] = str(self.card) if self.card else None
         return out
 
 
@@ -165,11 +178,13 @@ class Registry:
         return FileLock(str(folder / ".lock"), timeout=60)
 
     def register(self, name: str, files: Mapping[str, str | Path], *, format: str,
-                 lineage: dict[str, Any], tracking: dict[str, Any] | None = None
-                 ) -> ModelVersion:
+                 lineage: dict[str, Any], tracking: dict[str, Any] | None = None,
+                 card: Callable[[str, int, Path], str] | None = None) -> ModelVersion:
         """Copy ``files`` (target file name -> source path) into a new version of ``name``.
 
         ``lineage`` gets ``registered_at``. Version numbers start at 1 and never repeat.
+        ``card(name, version, final version folder)`` returns the Markdown written as
+        ``MODEL_CARD.md`` into the version (hashed like the other files).
 
         Raises:
             RegistryError: a bad name or target file name, or a source file is missing.
@@ -187,9 +202,13 @@ class Registry:
                 for target, src in files.items():
                     shutil.copyfile(src, staging / target)
                 number = (self._numbers(name) or [0])[-1] + 1
+                names = list(files)
+                if card is not None:
+                    (staging / CARD).write_text(card(name, number, self.root / name / str(number)))
+                    names.append(CARD)
                 record = {"name": name, "version": number, "created_at": now(),
                           "format": format,
-                          "files": {t: sha256_file(staging / t) for t in files},
+                          "files": {t: sha256_file(staging / t) for t in names},
                           "lineage": {**lineage, "registered_at": now()},
                           "tracking": tracking}
                 write_json(staging / "version.json", record)
@@ -224,7 +243,8 @@ class Registry:
         with ``torch.load(weights_only=True)``, after checking each file's sha256.
 
         Returns:
-            ``(model in eval mode, ModelVersion)``.
+            ``(model in eval mode, ModelVersion)``; for an ONNX-only version the model is an
+            ``automl.compress.onnx_export.OnnxModel`` (ONNX Runtime, tensor in, logits out).
 
         Raises:
             RegistryError: unknown reference, a file changed since registration, a file
@@ -253,4 +273,8 @@ class Registry:
 
             model = load_model(version.path, version.lineage["export_name"])
             return model.eval(), version
+        if version.format == ONNX:
+            from automl.compress.onnx_export import OnnxModel
+
+            return OnnxModel(version.path / f"{version.lineage['export_name']}.onnx"), version
         raise RegistryError(f"unknown model format {version.format!r}", where=str(version.path))

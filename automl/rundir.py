@@ -114,20 +114,27 @@ def compression(run_dir: str | Path, summary: dict) -> dict[str, Any] | None:
 def measured_models(chain: dict) -> list[dict[str, Any]]:
     """The measured models of a chain as rows ``{"name", "stage", "status", "params",
     "nonzero_params", "macs", "size_bytes", "latency_ms_b1", "latency_ms_b64",
-    "accuracy" (test), "val_accuracy", "export"}``: the deployed winner when the chain
+    "accuracy" (test), "val_accuracy", "export", "onnx"}``: the deployed winner when the chain
     measured it (``status: winner``), the teacher (``status: teacher``), then each
     accepted stage (``status: accepted``, export: its file paths)."""
     rows = []
     if isinstance(chain.get("winner"), dict) and "params" in chain["winner"]:
         rows.append({**chain["winner"], "stage": "winner", "status": "winner",
-                     "export": chain.get("winner_export")})
+                     "export": chain.get("winner_export"), "onnx": chain.get("winner_onnx")})
     teacher = chain.get("teacher")
     if isinstance(teacher, dict):
         rows.append({**teacher, "stage": "teacher", "status": "teacher",
-                     "export": chain.get("teacher_export")})
+                     "export": chain.get("teacher_export"), "onnx": chain.get("teacher_onnx")})
     for s in chain.get("stages", []):
         m = s.get("measurement")
         if s.get("status") == "accepted" and isinstance(m, dict):
             rows.append({**m, "stage": s.get("stage"), "status": "accepted",
-                         "export": s.get("export")})
+                         "export": s.get("export"), "onnx": s.get("onnx")})
     return rows
+
+
+def onnx_int8_models(chain: dict) -> list[dict[str, Any]]:
+    """The accepted ONNX Runtime int8 models of a chain (``onnx_export.OnnxInt8.to_dict()``:
+    ``name``, ``source``, ``path``, ``bytes``, ``accuracy``, ``agreement``, ...)."""
+    return [s["onnx_int8"] for s in chain.get("stages", [])
+            if isinstance(s.get("onnx_int8"), dict) and s["onnx_int8"].get("status") == "accepted"]

@@ -360,7 +360,9 @@ def fit(
     cfg = state.cfg
     loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     augment = make_augment(cfg.augment, tuple(train[0].shape[1:])) if cfg.augment else None
-    scaler = torch.amp.GradScaler(shard.device) if shard.precision == "fp16" else None
+    # GradScaler takes a device *type* ("cuda"), not "cuda:0" as a DDP rank's device reads
+    scaler = (torch.amp.GradScaler(torch.device(shard.device).type)
+              if shard.precision == "fp16" else None)
     metrics: dict[str, float] = {}
     for epoch in range(state.epoch, epochs or cfg.epochs):
         t0 = time.perf_counter()

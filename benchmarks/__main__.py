@@ -1,6 +1,9 @@
 """``python -m benchmarks [--quick] [--only NAME ...] [--out DIR]``: run the benchmarks in
 order and write ``<out>/<name>.json`` and ``<out>/<name>.md`` for each.
 
+``gpu`` (``benchmarks/gpu.py``) runs only when named (``--only gpu``): it needs a CUDA
+device; without one it prints one line and exits 0.
+
 Later benchmarks reuse what earlier ones produced in the same invocation (the project's
 digits run of ``orchestration`` gives ``baselines`` its CV winner and ``compression`` its
 model); run alone, each produces what it needs itself. A benchmark that raises is recorded
@@ -23,14 +26,15 @@ os.environ.setdefault("WANDB_MODE", "offline")
 from benchmarks._common import RESULTS, Result, machine, write  # noqa: E402
 
 ORDER = ("orchestration", "search_quality", "baselines", "scaling", "compression", "chaos")
+ON_REQUEST = ("gpu",)  # needs a GPU: run only when named with --only
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="tiny trial counts and 2 seeds: each benchmark in under a minute")
-    ap.add_argument("--only", nargs="+", choices=ORDER, metavar="NAME",
-                    help=f"run only these ({', '.join(ORDER)})")
+    ap.add_argument("--only", nargs="+", choices=ORDER + ON_REQUEST, metavar="NAME",
+                    help=f"run only these ({', '.join(ORDER + ON_REQUEST)}; gpu needs a GPU)")
     ap.add_argument("--out", type=Path, default=None,
                     help="results folder (default benchmarks/results, quick: "
                          "benchmarks/results/quick)")
@@ -43,7 +47,16 @@ def main(argv: list[str] | None = None) -> int:
                          "instead of starting one")
     args = ap.parse_args(argv)
     out = args.out or (RESULTS / "quick" if args.quick else RESULTS)
-    names = [n for n in ORDER if not args.only or n in args.only]
+    names = [n for n in ORDER + ON_REQUEST
+             if (n in args.only if args.only else n in ORDER)]
+    if "gpu" in names:
+        from benchmarks.gpu import gpu_count, no_gpu_line
+
+        if gpu_count() == 0:
+            print(no_gpu_line(), flush=True)
+            names.remove("gpu")
+            if not names:
+                return 0
     ctx: dict = {"seeds": args.seeds, "trials": args.trials}
     if args.run_dir is not None:
         if not (args.run_dir / "summary.json").exists():

@@ -137,3 +137,14 @@ def test_missing_benchmark_package_is_reported_not_faked(tmp_path, monkeypatch):
     rec = json.loads((tmp_path / "search_quality.json").read_text())
     assert rec["status"] == "unavailable" and "mf-prior-bench" in rec["reason"]
     assert rec["tables"] == [] and rec["goals"] == []
+
+
+def test_gpu_check_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the check would run for real")
+    assert main(["--only", "gpu", "--out", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpu: no CUDA device") and not any(
+        tmp_path.iterdir())

@@ -250,9 +250,14 @@ def test_chain_models_reload_from_state_dict_and_recipe(chain):
     for rec in res.stages[1:3]:
         name = f"{rec.index:02d}_{rec.stage}"
         rebuilt = comp.load_model(ctx.out_dir, name)  # build(arch) + pruned shapes + quantization
-        scripted = torch.jit.load(str(ctx.out_dir / f"{name}.ts"))
-        ref = comp.predict(scripted, ctx.X_test)
-        assert torch.allclose(comp.predict(rebuilt, ctx.X_test), ref, atol=1e-4)
+        if rec.export.script_path is not None:
+            scripted = torch.jit.load(str(ctx.out_dir / f"{name}.ts"))
+            ref = comp.predict(scripted, ctx.X_test)
+            assert torch.allclose(comp.predict(rebuilt, ctx.X_test), ref, atol=1e-4)
+        else:  # torchao layers: no TorchScript; the export checked the state_dict rebuild
+            assert rec.export.checked_with == "state_dict" and rec.export.outputs_match
+            assert "TorchScript cannot trace" in rec.export.script_skipped
+            assert not (ctx.out_dir / f"{name}.ts").exists()
         assert _acc(rebuilt, ctx) == pytest.approx(rec.measurement.accuracy)
 
 
@@ -305,3 +310,97 @@ def test_prune_fine_tunes_with_distillation_from_the_unpruned_model(teacher, ctx
     seen.clear()
     plain.run(teacher, ctx2)
     assert seen == [None]
+
+
+# --------------------------------------------------------------------------- torchao, ONNX
+def test_torchao_quantizes_linear_layers_and_names_the_conv_fallback(teacher, ctx):
+    from torchao.utils import TorchAOBaseTensor
+
+    from automl.compress.quantize import FALLBACK, TORCHAO
+
+    mlp = build_model({"family": "mlp", "width": 32}, ctx.input_shape, 10).eval()
+    for method in ("dynamic", "static"):
+        out = comp.QuantizeStage(method, calibration_batches=2).run(mlp, ctx)
+        assert out.info["engines"] == {TORCHAO: ["net.1", "net.4", "net.7"]}
+        assert out.info["fallback"] is None  # torchao covers every layer of an MLP
+        weights = [m.weight for m in out.model.modules() if isinstance(m, nn.Linear)]
+        assert weights and all(isinstance(w, TorchAOBaseTensor) for w in weights)
+        assert (comp.predict(out.model, ctx.X_test).argmax(1) ==
+                comp.predict(mlp, ctx.X_test).argmax(1)).float().mean() > 0.9
+    out = comp.QuantizeStage("static", calibration_batches=2).run(teacher, ctx)
+    convs = [n for n, m in teacher.named_modules() if isinstance(m, nn.Conv2d)]
+    assert out.info["engines"] == {TORCHAO: ["fc"], FALLBACK: convs}
+    assert out.info["fallback"]["layers"] == convs and "Conv" not in out.info["fallback"]["engine"]
+    assert "nn.Linear only" in out.info["fallback"]["reason"]
+    assert isinstance(out.model.fc.weight, TorchAOBaseTensor)
+    assert out.info["int8_modules"] >= 2
+
+
+def test_no_torch_ao_quantization_import_outside_the_documented_fallback():
+    import ast
+    from pathlib import Path
+
+    import automl
+
+    found = []
+    for path in Path(automl.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n.startswith("torch.ao.quantization") for n in names):
+                found.append(path.name)
+    assert found == ["quantize.py", "quantize.py"]  # _fx_convs: the conv fallback only
+
+
+def test_onnx_export_has_a_dynamic_batch_and_matches_in_onnx_runtime(teacher, ctx, tmp_path):
+    import onnx
+
+    from automl.compress import onnx_export as ox
+
+    c = copy.copy(ctx)
+    c.out_dir = tmp_path
+    res = ox.export_checked(teacher, c, "t")
+    assert res.skipped is None and res.path == tmp_path / "t.onnx" and res.bytes > 0
+    assert res.n_checked == len(ctx.X_test) and res.max_abs_diff < 1e-4
+    assert res.argmax_agreement == 1.0 and res.latency_ms_b1 > 0 and res.latency_ms_b64 > 0
+    (inp,) = onnx.load(str(res.path)).graph.input
+    assert inp.type.tensor_type.shape.dim[0].dim_param == "batch"
+    model = ox.OnnxModel(res.path)
+    for n in (1, 64):  # any batch size
+        assert torch.allclose(model(ctx.X_test[:n]), comp.predict(teacher, ctx.X_test[:n]),
+                              atol=1e-4)
+    # ONNX Runtime's static int8, judged on validation rows like any stage
+    t_val = float((comp.predict(teacher, ctx.X_val).argmax(1) == ctx.y_val).float().mean())
+    t_pred = comp.predict(teacher, ctx.X_test).argmax(1)
+    calib = comp.QuantizeStage("static", calibration_batches=2).calibration(c)
+    q = ox.onnx_int8("q", "t", teacher, res, calib, c, max_drop=0.05, teacher_val_accuracy=t_val,
+                     teacher_accuracy=_acc(teacher, c), teacher_pred=t_pred)
+    assert q.status == "accepted", q.reason
+    assert q.calibration_rows == 2 * ctx.batch_size and q.bytes < res.bytes
+    assert q.val_accuracy_drop <= 0.05 and q.source_agreement > 0.9
+    assert q.accuracy == pytest.approx(float((ox.OnnxModel(q.path)(ctx.X_test).argmax(1)
+                                              == ctx.y_test).float().mean()))
+    strict = ox.onnx_int8("q2", "t", teacher, res, calib, c, max_drop=-1.0,
+                          teacher_val_accuracy=t_val, teacher_accuracy=0.0, teacher_pred=t_pred)
+    assert strict.status == "rejected" and strict.accuracy is None and strict.path is None
+    assert not (tmp_path / "q2.onnx").exists()  # a rejected model leaves no file
+    quant = comp.QuantizeStage("dynamic").run(teacher, c).model
+    skipped = ox.export_checked(quant, c, "int8")
+    assert skipped.path is None and "no ONNX export" in skipped.skipped
+    assert "\n" not in skipped.skipped
+
+
+def test_chain_exports_kept_float_models_to_onnx_and_adds_ort_int8(chain):
+    res, ctx = chain
+    assert res.teacher_onnx.max_abs_diff < 1e-4 and res.teacher_onnx.argmax_agreement == 1.0
+    rejected, pruned, quant, skipped = res.stages
+    assert rejected.onnx is None and pruned.onnx.path.name == "02_prune.onnx"
+    assert pruned.onnx.max_abs_diff < 1e-4
+    assert quant.onnx.path is None and "no ONNX export" in quant.onnx.skipped
+    q = quant.onnx_int8  # the first quantize stage: ONNX Runtime's int8 of its input
+    assert (q.name, q.source) == ("03_quantize_ort", "02_prune") and skipped.onnx_int8 is None
+    assert q.status in ("accepted", "rejected") and q.val_accuracy is not None
+    assert (q.accuracy is not None) == (q.status == "accepted") == (ctx.out_dir / "03_quantize_ort.onnx").exists()
+    saved = json.loads((ctx.out_dir / "chain.json").read_text())
+    assert saved["stages"][2]["onnx_int8"]["source"] == "02_prune"
+    assert saved["teacher_onnx"]["path"].endswith("00_teacher.onnx")

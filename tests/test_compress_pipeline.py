@@ -54,7 +54,8 @@ resources: {cpus_per_worker: 1}
 tracking: {backend: none, tensorboard: false}
 """ + CHAIN
 TABLE_KEYS = {"name", "role", "params", "nonzero_params", "macs", "size_bytes", "latency_ms_b1",
-              "latency_ms_b64", "val_accuracy", "test_accuracy", "cv_accuracy", "agreement"}
+              "latency_ms_b64", "val_accuracy", "test_accuracy", "cv_accuracy", "agreement",
+              *job.ONNX_KEYS}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -177,12 +178,13 @@ def test_compression_table_in_summary(finished):
     assert "validation accuracy drop" in section["stages"][0]["reason"]
     assert section["stages"][0]["accuracy"] is None  # a rejected model is never tested
     rows = {r["name"]: r for r in section["table"]}
-    assert list(rows) == ["winner", "00_teacher", "02_distill", "03_quantize"]
+    assert list(rows) == ["winner", "00_teacher", "02_distill", "03_quantize", "03_quantize_ort"]
     assert all(set(r) == TABLE_KEYS for r in rows.values())
     for r in rows.values():
-        assert r["params"] > 0 and r["macs"] > 0 and r["size_bytes"] > 0
-        assert r["latency_ms_b1"] > 0 and r["latency_ms_b64"] > 0
+        assert r["params"] > 0 and r["macs"] > 0
         assert 0 <= r["test_accuracy"] <= 1 and 0 <= r["agreement"] <= 1
+        if r["name"] != "03_quantize_ort":  # ONNX Runtime only: no PyTorch file or latency
+            assert r["size_bytes"] > 0 and r["latency_ms_b1"] > 0 and r["latency_ms_b64"] > 0
     assert rows["winner"]["cv_accuracy"] == rows["00_teacher"]["cv_accuracy"] == 0.9
     assert rows["02_distill"]["cv_accuracy"] is None and rows["winner"]["val_accuracy"] is None
     assert rows["00_teacher"]["agreement"] == 1.0
@@ -190,6 +192,30 @@ def test_compression_table_in_summary(finished):
     assert rows["03_quantize"]["size_bytes"] < rows["02_distill"]["size_bytes"]
     # the winner row is best/model.pt scored on the test rows the rebuilt split holds
     assert rows["winner"]["test_accuracy"] == pytest.approx(summary["test"]["accuracy"])
+
+
+def test_every_kept_float_model_has_an_onnx_file_checked_in_onnx_runtime(finished):
+    run_dir, summary, data, splits = finished
+    rows = {r["name"]: r for r in summary["compression"]["table"]}
+    for name in ("winner", "00_teacher", "02_distill"):
+        r = rows[name]
+        assert r["onnx_file"] == str(run_dir / "compression" / f"{name}.onnx"), r["onnx_skipped"]
+        assert os.path.getsize(r["onnx_file"]) == r["onnx_bytes"] and r["onnx_skipped"] is None
+        assert r["onnx_max_abs_diff"] < 1e-4 and r["onnx_argmax_agreement"] == 1.0
+        assert r["ort_latency_ms_b1"] > 0 and r["ort_latency_ms_b64"] > 0
+    assert rows["03_quantize"]["onnx_file"] is None  # int8 PyTorch: skipped with the reason
+    assert "no ONNX export" in rows["03_quantize"]["onnx_skipped"]
+    ort = rows["03_quantize_ort"]  # ONNX Runtime's int8 of the stage's input, guarded
+    assert ort["role"] == "ONNX Runtime static int8 of 02_distill"
+    assert ort["params"] == rows["02_distill"]["params"] and ort["ort_latency_ms_b1"] > 0
+    stage = summary["compression"]["stages"][2]["onnx_int8"]
+    assert stage["status"] == "accepted" and stage["val_accuracy_drop"] <= 1.0
+    assert stage["calibration_rows"] == 2 * 64 and ort["test_accuracy"] == stage["accuracy"]
+    (_, _), (X_te, y_te) = fit_transform(data, splits.train, splits.test)
+    from automl.compress.onnx_export import OnnxModel
+
+    got = OnnxModel(ort["onnx_file"])(torch.as_tensor(X_te)).argmax(1).numpy()
+    assert (got == y_te).mean() == pytest.approx(ort["test_accuracy"])
 
 
 def test_guard_reads_validation_rows_and_test_is_only_measured(finished):
@@ -215,10 +241,14 @@ def test_every_saved_model_reloads_safely_and_matches_its_export(finished):
     out = run_dir / "compression"
     (X_te, _), = fit_transform(data, splits.test)
     X = torch.as_tensor(X_te)
-    for name in ("winner", "00_teacher", "02_distill", "03_quantize"):
+    for name in ("winner", "00_teacher", "02_distill"):
         rebuilt = comp.load_model(out, name)
         scripted = torch.jit.load(str(out / f"{name}.ts"))
         assert torch.allclose(comp.predict(rebuilt, X), comp.predict(scripted, X), atol=1e-4)
+    # torchao's int8 layers cannot be traced: the state_dict + recipe is the saved form
+    assert not (out / "03_quantize.ts").exists()
+    quant = summary["compression"]["stages"][2]["export"]
+    assert quant["checked_with"] == "state_dict" and quant["outputs_match"]
     assert comp.is_quantized(comp.load_model(out, "03_quantize"))
     assert not list(out.glob("01_prune.*"))  # a rejected stage exports nothing
     assert json.loads((out / "chain.json").read_text())["table"] == (
@@ -255,7 +285,7 @@ def test_automl_compress_reruns_from_a_finished_run_dir(finished, tmp_path):
     again = json.loads((copy / "summary.json").read_text())["compression"]
     assert [(s["stage"], s["spec"].get("method")) for s in again["stages"]] == [
         ("quantize", "dynamic")]
-    assert [r["name"] for r in again["table"]] == ["winner", "00_teacher", "01_quantize"]
+    assert [r["name"] for r in again["table"]][:3] == ["winner", "00_teacher", "01_quantize"]
     assert not list((copy / "compression").glob("02_distill.*"))  # old results replaced
     old = {r["name"]: r for r in summary["compression"]["table"]}
     new = {r["name"]: r for r in again["table"]}
@@ -290,13 +320,15 @@ def test_main_job_ends_with_the_chain_and_registers_kept_models(ray_cluster, tmp
     summary = run_main_job(exp, run_dir, console=Console(quiet=True))
     section = summary["compression"]
     assert section["status"] == "completed" and section["stages"][0]["status"] == "accepted"
-    assert [r["name"] for r in section["table"]] == ["winner", "00_teacher", "01_quantize"]
+    assert [r["name"] for r in section["table"]] == ["winner", "00_teacher", "01_quantize",
+                                                      "01_quantize_ort"]
     cv = summary["winner"]["cv"]["accuracy"]["mean"]
     assert section["table"][0]["cv_accuracy"] == pytest.approx(cv)
     assert section["table"][0]["test_accuracy"] == pytest.approx(summary["test"]["accuracy"])
     assert json.loads((run_dir / "summary.json").read_text())["compression"]["table"] == (
         section["table"])
-    assert "tinyc-01_quantize@1" in summary["registry"]["versions"]
+    assert summary["registry"]["versions"] == ["tinyc@1", "tinyc-01_quantize@1",
+                                               "tinyc-01_quantize_ort@1"]
 
 
 def test_automl_compress_without_a_chain_asks_for_one(finished, tmp_path):

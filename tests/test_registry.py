@@ -165,6 +165,7 @@ def fake_run(tmp_path: Path, with_compression: bool) -> tuple[Path, dict, torch.
     return run_dir, summary, model
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 def test_register_run_records_lineage_of_winner_and_compressed_models(reg, tmp_path):
     run_dir, summary, model = fake_run(tmp_path, with_compression=True)
     (run_dir / "trials.json").write_text(json.dumps([  # CV chose t_00002, not the search's best
@@ -186,6 +187,15 @@ def test_register_run_records_lineage_of_winner_and_compressed_models(reg, tmp_p
     loaded, _ = reg.load("digits-01_distill")
     x = torch.rand(3, 1, 8, 8)
     assert torch.allclose(loaded(x), model(x))
+    # the winner travels as checkpoint, TorchScript and ONNX, each version with its card
+    assert set(win.files) == {"model.pt", "model.ts", "model.onnx", "MODEL_CARD.md"}
+    assert (run_dir / "best" / "model.onnx").is_file()  # exported at registration
+    scripted = torch.jit.load(str(win.path / "model.ts"))
+    assert torch.allclose(scripted(x), model(x), atol=1e-5)
+    for v in (win, child):
+        assert v.card == v.path / "MODEL_CARD.md" and v.to_dict()["card"] == str(v.card)
+        assert f"# {v.ref}" in v.card.read_text() and "```python" in v.card.read_text()
+    assert "digits-01_distill@1" in child.card.read_text() and "digits@1" in child.card.read_text()
 
 
 def test_publish_without_wandb_or_optional_stages(reg, tmp_path):
@@ -222,7 +232,7 @@ def test_registry_cli(reg, tmp_path):
     assert re.search(r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d", row), row
     res = run(app, ["registry", "show", "digits@champion", *d])
     assert res.exit_code == 0
-    shown = json.loads(res.output)
+    shown = json.loads(res.stdout)  # the card's path goes to stderr
     assert (shown["version"], shown["aliases"], shown["lineage"]["kind"]) == (
         1, ["champion"], "winner")
     for args in (["show", "digits@9"], ["promote", "nope@1"], ["show", "../x"]):

@@ -11,7 +11,9 @@ import pytest
 import torch
 from conftest import write_spec
 from rich.console import Console
+from typer.testing import CliRunner
 
+from automl.cli import app
 from automl.errors import ResourceError
 from automl.pipeline import choose_run_dir, run_main_job
 from automl.spec import load_spec
@@ -145,3 +147,79 @@ def test_infeasible_trial_fails_fast_with_need_and_have(ray_cluster, tmp_path):
         run_main_job(exp, tmp_path / "run", console=Console(quiet=True))
     assert time.monotonic() - t0 < 10
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------ automl reproduce
+def test_run_dir_records_what_reproducing_the_winner_needs(sweep):
+    exp, run_dir, summary = sweep
+    record = json.loads((run_dir / "reproducibility.json").read_text())
+    env = record["environment"]  # captured inside the Ray task that trained best/model.pt
+    assert env["torch_flags"]["deterministic_algorithms"] is True
+    assert env["threads"]["intra_op"] == 1 == int(exp.resources.cpus_per_worker)
+    assert env["device"]["type"] == "cpu" and env["device"]["cpu_capability"]
+    assert env["packages"]["torch"] == torch.__version__  # 2.13.0+cpu
+    assert env["packages"]["numpy"] and env["packages"]["torchao"]
+    assert record["data_sha256"] == summary["data"]["sha256"]
+    assert record["spec_sha256"] == summary["spec_sha256"]
+    assert record["config"] == summary["winner"]["config"]
+    assert record["seeds"]["training seed"] == summary["winner"]["config"]["seed"]
+    assert record["test"]["accuracy"] == summary["test"]["accuracy"]
+
+
+def test_automl_reproduce_retrains_identical_weights(sweep):
+    exp, run_dir, summary = sweep
+    from automl.determinism import weights_sha256
+
+    result = CliRunner().invoke(app, ["reproduce", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "weights identical to best/model.pt" in lines[0], lines
+    saved = json.loads((run_dir / "reproduce.json").read_text())
+    assert saved["identical"] and saved["held"] == "weights identical"
+    best = torch.load(run_dir / "best" / "model.pt", weights_only=True)["model"]
+    assert saved["weights_sha256"] == weights_sha256(best)
+    assert saved["test_accuracy"] == pytest.approx(summary["test"]["accuracy"])
+
+
+def _copy_run(run_dir, dst):
+    import shutil
+
+    for name in ("spec.yaml", "summary.json", "reproducibility.json", "best/model.pt"):
+        (dst / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(run_dir / name, dst / name)
+    return dst
+
+
+def test_reproduce_falls_back_to_the_cv_standard_error_and_fails_when_neither(sweep, tmp_path,
+                                                                               monkeypatch):
+    exp, run_dir, summary = sweep
+    import automl.selection
+
+    copy = _copy_run(run_dir, tmp_path)
+    ckpt = torch.load(copy / "best" / "model.pt", weights_only=True)
+    cv = summary["winner"]["cv"]["accuracy"]
+    se = cv["std"] / cv["n"] ** 0.5
+    env = json.loads((copy / "reproducibility.json").read_text())["environment"]
+
+    def retrain(accuracy):  # stands in for the retraining: weights off by 1e-3
+        def fit_and_score(*args, **kwargs):
+            model = {k: v + 1e-3 if v.is_floating_point() else v for k, v in ckpt["model"].items()}
+            return {"checkpoint": {**ckpt, "model": model}, "scores": {"accuracy": accuracy},
+                    "environment": env}
+        return fit_and_score
+
+    recorded = summary["test"]["accuracy"]
+    monkeypatch.setattr(automl.selection, "fit_and_score", retrain(recorded + se / 2))
+    ok = CliRunner().invoke(app, ["reproduce", str(copy)])
+    assert ok.exit_code == 0, ok.output
+    assert "weights differ (max |diff| 1.00e-03" in ok.output
+    assert f"agrees within the CV standard error {se:.4f}" in ok.output
+    monkeypatch.setattr(automl.selection, "fit_and_score", retrain(recorded + 2 * se + 0.01))
+    bad = CliRunner().invoke(app, ["reproduce", str(copy)])
+    assert bad.exit_code == 1  # automl.errors: 1 = the run failed
+    lines = [ln for ln in bad.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "outside the CV standard error" in lines[0], lines
+    assert json.loads((copy / "reproduce.json").read_text())["held"] is None
+    (copy / "reproducibility.json").unlink()
+    missing = CliRunner().invoke(app, ["reproduce", str(copy)])
+    assert missing.exit_code == 2 and "reproducibility.json is missing" in missing.output

@@ -161,7 +161,7 @@ def test_winner_run_is_resumed_with_cv_table_and_model_artifact(main_job):
     (table_row,) = [h for h in final["history"] if "cv/folds/_type" in h]
     assert table_row["_step"] == epochs + 1 and table_row["cv/folds/nrows"] == 2
     models = {a["name"]: a["aliases"] for a in final["artifacts"] if a["type"] == "model"}
-    assert set(models) == {"tiny", "tiny-01_quantize"}
+    assert set(models) == {"tiny", "tiny-01_quantize", "tiny-01_quantize_ort"}
     assert {"best", run_dir.name} <= set(models["tiny"])
     assert run_dir.name in models["tiny-01_quantize"] and "best" not in models["tiny-01_quantize"]
     (stages,) = [h for h in final["history"] if "compression/stages/_type" in h]
@@ -210,7 +210,8 @@ def test_registry_holds_the_compressed_model_with_its_parent(main_job):
     from automl.compress import load_model
 
     exp, run_dir, summary, trials = main_job
-    assert summary["registry"]["versions"] == ["tiny@1", "tiny-01_quantize@1"]
+    assert summary["registry"]["versions"] == ["tiny@1", "tiny-01_quantize@1",
+                                               "tiny-01_quantize_ort@1"]
     v = Registry(run_dir.parent / "registry").get("tiny-01_quantize")
     assert (v.lineage["parent"], v.lineage["kind"]) == ("tiny@1", "compressed")
     assert v.lineage["compression"][-1] == "01_quantize"
@@ -220,6 +221,42 @@ def test_registry_holds_the_compressed_model_with_its_parent(main_job):
     model, _ = Registry(run_dir.parent / "registry").load("tiny-01_quantize@1")
     x = torch.rand(5, 1, 8, 8)
     assert torch.equal(model(x), load_model(run_dir / "compression", "01_quantize")(x))
+
+
+def test_registry_show_names_a_model_card_whose_snippet_runs(main_job, tmp_path):
+    from automl.card import extract_snippet
+
+    exp, run_dir, summary, trials = main_job
+    reg = Registry(run_dir.parent / "registry")
+    res = CliRunner().invoke(app, ["registry", "show", "tiny@1", "--dir", str(reg.root)])
+    assert res.exit_code == 0, res.output
+    card = Path(res.stderr.strip().removeprefix("model card: "))
+    assert card == (reg.get("tiny@1").path / "MODEL_CARD.md").resolve()
+    assert Path(json.loads(res.stdout)["card"]).resolve() == card
+    text = card.read_text()
+    for heading in ("# tiny@1", "## Data and splits", "## The search that found it",
+                    "## Cross-validation", "## Test scores", "## Confusion matrix (test split)",
+                    "## Size, MACs and latency", "## Lineage", "## How to load it"):
+        assert f"\n{heading}" in f"\n{text}", heading
+    cv = summary["winner"]["cv"]["accuracy"]
+    assert f"| accuracy | {cv['mean']:.4f} | {cv['std']:.4f} | [{cv['ci95'][0]:.4f}" in text
+    assert summary["data"]["sha256"] in text and summary["winner"]["trial_id"] in text
+    assert f"{summary['trials']['total']} of 4 requested" in text and "random (Optuna)" in text
+    assert f"| accuracy | {summary['test']['accuracy']:.4f} |" in text
+    assert "misclassified" in text and "Lowest recall" in text
+    assert set(reg.get("tiny@1").files) >= {"model.pt", "model.ts", "model.onnx", "MODEL_CARD.md"}
+    # each version's snippet runs as written, in a fresh interpreter
+    refs = summary["registry"]["versions"]
+    for i, ref in enumerate(refs):
+        (tmp_path / f"s{i}.py").write_text(extract_snippet(reg.get(ref).card.read_text()))
+    run_all = "import runpy, sys\nfor f in sys.argv[1:]:\n    print('#', f)\n    runpy.run_path(f)"
+    out = subprocess.run([sys.executable, "-c", run_all, *[str(tmp_path / f"s{i}.py")
+                                                          for i in range(len(refs))]],
+                         capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ways = [ln.split(" ", 1)[0] for ln in out.stdout.splitlines() if not ln.startswith("#")]
+    # the winner: PyTorch, TorchScript, ONNX; torchao int8: PyTorch only; ONNX Runtime int8
+    assert ways == ["pytorch", "torchscript", "onnx", "pytorch", "registry", "onnx"], out.stdout
 
 
 def test_promote_moves_champion_in_registry_and_wandb(main_job):

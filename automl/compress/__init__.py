@@ -10,9 +10,10 @@ pruning), Jacob et al. 2018 (int8 quantization).
 (``compress_step``) and ``automl compress RUN_DIR`` (``compress_run``); the chain is
 declared in the spec's ``compression`` section (``automl.spec._compression``).
 
-Quantization uses ``torch.ao.quantization`` (eager dynamic + FX static PTQ), which torch
-marks deprecated in favour of torchao's ``quantize_`` / pt2e flow; ``quantize.py`` is the
-one place to switch when torch drops it.
+Quantization uses torchao's ``quantize_`` for ``nn.Linear`` layers; convolutions (static
+only) keep ``torch.ao.quantization``'s FX path, the one documented fallback (see
+``quantize.py``). ``onnx_export`` exports kept float models to ONNX, checks them in ONNX
+Runtime and produces ONNX Runtime's static int8.
 """
 
 from automl.compress._base import (
@@ -35,6 +36,14 @@ from automl.compress.export import (
     load_state_dict_file,
     rebuild,
 )
+from automl.compress.onnx_export import (
+    OnnxExport,
+    OnnxInt8,
+    OnnxModel,
+    export_checked,
+    export_onnx,
+    quantize_onnx,
+)
 from automl.compress.prune import PruneStage, has_pruning_leftovers, sparsity
 from automl.compress.quantize import QuantizeStage, is_quantized, quantize_model
 
@@ -45,13 +54,18 @@ __all__ = [
     "DistillStage",
     "ExportResult",
     "Measurement",
+    "OnnxExport",
+    "OnnxInt8",
+    "OnnxModel",
     "PruneStage",
     "QuantizeStage",
     "Stage",
     "StageOutput",
     "StageRecord",
     "distillation_loss",
+    "export_checked",
     "export_model",
+    "export_onnx",
     "fit_shapes",
     "has_pruning_leftovers",
     "is_quantized",
@@ -62,6 +76,7 @@ __all__ = [
     "measure",
     "predict",
     "quantize_model",
+    "quantize_onnx",
     "rebuild",
     "run_chain",
     "sparsity",

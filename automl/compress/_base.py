@@ -65,14 +65,19 @@ def check_number(key: str, value: Any, lo: float, hi: float, *, integer: bool = 
 
 
 def train(model: nn.Module, X: Tensor, y: Tensor, *, epochs: int, lr: float = 1e-3,
-          batch_size: int = 64, seed: int = 0, loss_fn: LossFn | None = None) -> nn.Module:
+          batch_size: int = 64, seed: int = 0, loss_fn: LossFn | None = None,
+          device: str = "cpu") -> nn.Module:
     """Plain Adam training in place: shuffled minibatches (``torch.Generator(seed)``), CE
-    loss unless ``loss_fn(logits, y_batch, index_batch)`` is given. Returns ``model`` in
-    eval mode. Batches of one example are skipped (BatchNorm cannot train on them)."""
+    loss unless ``loss_fn(logits, y_batch, index_batch)`` is given (``index_batch`` stays
+    on the CPU; logits are on ``device``). Returns ``model`` in eval mode, on the CPU.
+    Batches of one example are skipped (BatchNorm cannot train on them). On ``device``
+    ``cuda`` the model and data are moved there for the training only."""
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     if epochs > 0 and params:
+        model.to(device)
+        X, y = X.to(device), y.to(device)
         opt = torch.optim.Adam(params, lr=lr)
         model.train()
         for _ in range(epochs):
@@ -81,11 +86,13 @@ def train(model: nn.Module, X: Tensor, y: Tensor, *, epochs: int, lr: float = 1e
                 idx = perm[start:start + batch_size]
                 if len(idx) < 2:
                     continue
-                logits = model(X[idx])
-                loss = loss_fn(logits, y[idx], idx) if loss_fn else F.cross_entropy(logits, y[idx])
+                on = idx.to(device)
+                logits = model(X[on])
+                loss = loss_fn(logits, y[on], idx) if loss_fn else F.cross_entropy(logits, y[on])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
+        model.to("cpu")
     return model.eval()
 
 
@@ -102,7 +109,9 @@ class Context:
     """What a stage may use: the splits, ``out_dir`` for saved models, ``build(arch)`` for
     students/rebuilds (default ``automl.models.build_model(arch, input_shape, num_classes)``),
     ``fine_tune(model, epochs, lr, loss_fn=None)`` (default ``train`` on the train split,
-    in place), ``threads``/``latency_repeats`` for the latency measurement.
+    in place, on ``device``: ``cpu`` or ``cuda``), ``threads``/``latency_repeats`` for the
+    latency measurement (always on the CPU), ``onnx``: export kept models to ONNX and
+    check them in ONNX Runtime (``onnx_export``).
 
     Stages train on the train split only; the validation split decides the accuracy-drop
     guard and must be held out from the teacher's training too; the test split is only
@@ -121,6 +130,8 @@ class Context:
     threads: int = 1
     latency_repeats: int = 30
     teacher_arch: dict | None = None
+    onnx: bool = True
+    device: str = "cpu"
     build: Callable[[dict], nn.Module] | None = None
     fine_tune: Callable[..., nn.Module] | None = None
 
@@ -147,7 +158,8 @@ class Context:
     def _fine_tune(self, model: nn.Module, epochs: int, lr: float | None = None,
                    loss_fn: LossFn | None = None) -> nn.Module:
         return train(model, self.X_train, self.y_train, epochs=epochs, lr=lr or self.lr,
-                     batch_size=self.batch_size, seed=self.seed, loss_fn=loss_fn)
+                     batch_size=self.batch_size, seed=self.seed, loss_fn=loss_fn,
+                     device=self.device)
 
 
 def make_context(train_xy: tuple, val_xy: tuple, test_xy: tuple, out_dir: str | Path,

@@ -17,7 +17,10 @@ test split is read once per *accepted* model, as its final measurement (``accura
 ``accuracy_drop``), and never decides anything. A stage that finds nothing to do is
 ``skipped``; one that raises is ``failed`` (reason = the error). Accepted models and the
 teacher are exported (``export.export_model``, parity checked on the test inputs) and
-measured (``_base.measure``).
+measured (``_base.measure``); with ``ctx.onnx`` each is also exported to ONNX and checked
+in ONNX Runtime (``onnx_export.export_checked``), and the first quantize stage also gets
+ONNX Runtime's static int8 of its input model (``NN_quantize_ort``), under the same guard
+and ``max_accuracy_drop`` as the stage (``onnx_export.onnx_int8``).
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ from automl.compress._base import (
 )
 from automl.compress.distill import DistillStage
 from automl.compress.export import ExportResult, export_model, shapes_of
+from automl.compress.onnx_export import OnnxExport, OnnxInt8, export_checked, onnx_int8
 from automl.compress.prune import PruneStage
-from automl.compress.quantize import QuantizeStage
+from automl.compress.quantize import QuantizeStage, is_quantized
 
 STAGES: dict[str, type] = {"distill": DistillStage, "prune": PruneStage,
                            "quantize": QuantizeStage}
@@ -56,7 +60,9 @@ class StageRecord:
     """One stage's outcome. ``status``: accepted / rejected / skipped / failed.
     ``val_accuracy`` and ``val_accuracy_drop`` (vs the teacher, fractions) are what the
     guard decided on; ``accuracy`` and ``accuracy_drop`` are the test figures, set only
-    for accepted models (the test split is a final measurement, not a criterion)."""
+    for accepted models (the test split is a final measurement, not a criterion).
+    ``onnx``: the accepted model's ONNX file and its ONNX Runtime check; ``onnx_int8``:
+    ONNX Runtime's int8 of the stage's input model (first quantize stage only)."""
 
     index: int
     stage: str
@@ -71,6 +77,8 @@ class StageRecord:
     info: dict = dataclasses.field(default_factory=dict)
     measurement: Measurement | None = None
     export: ExportResult | None = None
+    onnx: OnnxExport | None = None
+    onnx_int8: OnnxInt8 | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,24 +91,42 @@ class ChainResult:
     final_name: str
     final_model: nn.Module = dataclasses.field(metadata={"json": False}, repr=False,
                                                compare=False)
+    teacher_onnx: OnnxExport | None = None
 
     def to_dict(self) -> dict:
         return to_dict(self)
 
     def table(self) -> str:
         """Plain-text table: one row per measured model (teacher and accepted stages)."""
-        head = (f"{'model':<16}{'params':>9}{'nonzero':>9}{'MACs':>11}{'file B':>10}"
+        head = (f"{'model':<17}{'params':>9}{'nonzero':>9}{'MACs':>11}{'file B':>10}"
                 f"{'p50 b1 ms':>10}{'p50 b64 ms':>11}{'val acc':>8}{'test acc':>9}"
-                f"{'agree':>8}")
+                f"{'agree':>8}{'onnx B':>9}{'ort b1 ms':>10}")
         rows = [head, "-" * len(head)]
-        for m in [self.teacher] + [s.measurement for s in self.stages if s.measurement]:
-            val = f"{m.val_accuracy:>8.4f}" if m.val_accuracy is not None else f"{'-':>8}"
-            rows.append(f"{m.name:<16}{m.params:>9}{m.nonzero_params:>9}{m.macs:>11}"
+
+        def num(v, spec: str, width: int) -> str:
+            return format(v, spec).rjust(width) if v is not None else "-".rjust(width)
+
+        models = [(self.teacher, self.teacher_onnx)] + [(s.measurement, s.onnx)
+                                                        for s in self.stages if s.measurement]
+        for m, o in models:
+            rows.append(f"{m.name:<17}{m.params:>9}{m.nonzero_params:>9}{m.macs:>11}"
                         f"{m.size_bytes or 0:>10}{m.latency_ms_b1:>10.3f}"
-                        f"{m.latency_ms_b64:>11.3f}{val}{m.accuracy:>9.4f}{m.agreement:>8.4f}")
+                        f"{m.latency_ms_b64:>11.3f}{num(m.val_accuracy, '.4f', 8)}"
+                        f"{m.accuracy:>9.4f}{m.agreement:>8.4f}"
+                        f"{num(o.bytes if o else None, 'd', 9)}"
+                        f"{num(o.latency_ms_b1 if o else None, '.3f', 10)}")
+        for s in self.stages:
+            q = s.onnx_int8
+            if q is not None and q.status == "accepted":
+                rows.append(f"{q.name:<17}{'':>9}{'':>9}{'':>11}{'':>10}{'':>10}{'':>11}"
+                            f"{q.val_accuracy:>8.4f}{q.accuracy:>9.4f}{q.agreement:>8.4f}"
+                            f"{q.bytes:>9}{q.latency_ms_b1:>10.3f}")
         for s in self.stages:
             if s.status != "accepted":
                 rows.append(f"#{s.index} {s.stage}: {s.status} ({s.reason})")
+            if s.onnx_int8 is not None and s.onnx_int8.status != "accepted":
+                q = s.onnx_int8
+                rows.append(f"#{s.index} {q.name}: {q.status} ({q.reason})")
         return "\n".join(rows)
 
 
@@ -154,14 +180,25 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context) -> Chai
     recipe: dict[str, Any] = {"arch": ctx.teacher_arch, "input_shape": list(ctx.input_shape),
                               "num_classes": ctx.num_classes, "shapes": shapes_of(teacher),
                               "pruned": None, "quantized": None, "lineage": ["teacher"]}
-    t_export = export_model(teacher, ctx.out_dir, "00_teacher", recipe, ctx.X_test)
+    t_export = export_model(teacher, ctx.out_dir, "00_teacher", recipe, ctx.X_test,
+                            build=ctx.build)
     teacher_pred = predict(teacher, ctx.X_test).argmax(1)
     t_meas = measure(teacher, ctx, "00_teacher", teacher_pred, size_bytes=t_export.size_bytes,
                      script_bytes=t_export.script_bytes)
-    current, current_name, records = teacher, "00_teacher", []
+    t_onnx = export_checked(teacher, ctx, "00_teacher") if ctx.onnx else None
+    current, current_name, current_onnx, records = teacher, "00_teacher", t_onnx, []
+    int8_done = False
     for i, ((stage, max_drop), spec) in enumerate(zip(stages, stages_spec, strict=True), start=1):
         base = {"index": i, "stage": stage.name, "spec": dict(spec),
                 "max_accuracy_drop": max_drop}
+        if ctx.onnx and isinstance(stage, QuantizeStage) and not int8_done \
+                and not is_quantized(current):  # ONNX Runtime's int8 of the same input
+            int8_done = True
+            base["onnx_int8"] = onnx_int8(
+                f"{i:02d}_quantize_ort", current_name, current, current_onnx,
+                stage.calibration(ctx), ctx, max_drop=max_drop,
+                teacher_val_accuracy=t_meas.val_accuracy, teacher_accuracy=t_meas.accuracy,
+                teacher_pred=teacher_pred)
         try:
             out = stage.run(current, ctx)
         except Exception as err:  # a stage's failure is recorded; the chain goes on
@@ -182,19 +219,24 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context) -> Chai
             continue
         name = f"{i:02d}_{stage.name}"
         new_recipe = {**recipe, **out.recipe, "lineage": recipe["lineage"] + [name]}
-        exp = export_model(out.model, ctx.out_dir, name, new_recipe, ctx.X_test)
+        exp = export_model(out.model, ctx.out_dir, name, new_recipe, ctx.X_test,
+                           build=ctx.build)
         if not exp.outputs_match:
+            why = (f"the reloaded {exp.checked_with} export differs by {exp.max_abs_diff:.2e} "
+                   f"> atol {exp.atol}" if exp.checked_with else
+                   f"the saved files cannot be reloaded ({exp.script_skipped}; and the "
+                   f"recipe has no arch to rebuild from)")
             records.append(StageRecord(**base, status="rejected", **guard, export=exp,
-                                       reason=f"TorchScript export differs by "
-                                              f"{exp.max_abs_diff:.2e} > atol {exp.atol}"))
+                                       reason=why))
             continue
         meas = measure(out.model, ctx, name, teacher_pred, size_bytes=exp.size_bytes,
                        script_bytes=exp.script_bytes, count_model=out.count_model)
+        onnx = export_checked(out.model, ctx, name) if ctx.onnx else None
         records.append(StageRecord(**base, status="accepted", reason=None, **guard,
                                    accuracy=meas.accuracy,
                                    accuracy_drop=t_meas.accuracy - meas.accuracy,
-                                   measurement=meas, export=exp))
-        current, current_name, recipe = out.model, name, new_recipe
-    result = ChainResult(t_meas, t_export, tuple(records), current_name, current)
+                                   measurement=meas, export=exp, onnx=onnx))
+        current, current_name, current_onnx, recipe = out.model, name, onnx, new_recipe
+    result = ChainResult(t_meas, t_export, tuple(records), current_name, current, t_onnx)
     (ctx.out_dir / "chain.json").write_text(json.dumps(result.to_dict(), indent=1))
     return result

@@ -75,11 +75,11 @@ class DistillStage:
         teacher_train = predict(teacher, ctx.X_train).detach()
 
         def loss_fn(logits: Tensor, yb: Tensor, idx: Tensor) -> Tensor:
-            return distillation_loss(logits, teacher_train[idx], yb, self.temperature,
-                                     self.alpha)
+            return distillation_loss(logits, teacher_train[idx].to(logits.device), yb,
+                                     self.temperature, self.alpha)
 
         train(student, ctx.X_train, ctx.y_train, epochs=self.epochs, lr=self.lr or ctx.lr,
-              batch_size=ctx.batch_size, seed=ctx.seed, loss_fn=loss_fn)
+              batch_size=ctx.batch_size, seed=ctx.seed, loss_fn=loss_fn, device=ctx.device)
         t_val = predict(teacher, ctx.X_val).argmax(1)  # validation rows: the test split
         s_val = predict(student, ctx.X_val).argmax(1)  # is kept for the final measurement
         info = {"teacher_params": n_t, "student_params": n_s,

@@ -7,7 +7,9 @@ Each model ``NAME`` is written to ``out_dir`` as three files:
   ``shapes`` (every float parameter/buffer shape, which after structured pruning are the
   *pruned* channel counts), ``pruned`` and ``quantized`` (method, backend), the lineage
   and the export tolerance;
-- ``NAME.ts``: TorchScript (``torch.jit.trace``), the portable, self-contained format.
+- ``NAME.ts``: TorchScript (``torch.jit.trace``), the self-contained format, when the
+  model can be traced (models with torchao int8 layers cannot: no ``.ts`` then);
+- ``NAME.onnx``: ONNX, written by ``onnx_export`` (see there).
 
 Rebuild paths: ``load_model`` rebuilds from the state_dict when the recipe has an
 ``arch`` (``build(arch)`` -> resize layers to ``shapes`` -> re-apply quantization ->
@@ -37,21 +39,26 @@ RTOL = 1e-4
 
 @dataclasses.dataclass(frozen=True)
 class ExportResult:
-    """Paths and sizes (bytes) of the saved files and the TorchScript check on ``n_checked``
+    """Paths and sizes (bytes) of the saved files and the reload check on ``n_checked``
     rows: ``max_abs_diff`` of the logits, ``outputs_match`` (within atol + rtol*|ref|) and
-    ``argmax_agreement`` (share of identical predicted classes)."""
+    ``argmax_agreement`` (share of identical predicted classes). ``checked_with`` names
+    the reloaded file the check ran on: ``torchscript``, or ``state_dict`` (rebuilt from
+    the recipe) when TorchScript cannot trace the model (``script_skipped`` says why; e.g.
+    torchao's int8 tensors), or None when neither can be reloaded here."""
 
     state_dict_path: Path
     config_path: Path
-    script_path: Path
+    script_path: Path | None
     size_bytes: int
-    script_bytes: int
+    script_bytes: int | None
     n_checked: int
-    max_abs_diff: float
+    max_abs_diff: float | None
     atol: float
     rtol: float
-    outputs_match: bool
-    argmax_agreement: float
+    outputs_match: bool | None
+    argmax_agreement: float | None
+    checked_with: str | None = None
+    script_skipped: str | None = None
 
     def to_dict(self) -> dict:
         return to_dict(self)
@@ -62,44 +69,83 @@ def shapes_of(model: nn.Module) -> dict[str, list[int]]:
     return {k: list(v.shape) for k, v in model.state_dict().items() if isinstance(v, Tensor)}
 
 
+def one_line(err: BaseException) -> str:
+    """``Type: first line of the message`` (at most 200 characters)."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:200] if text else ''}".rstrip(": ")
+
+
 def export_model(model: nn.Module, out_dir: str | Path, name: str, recipe: dict[str, Any],
-                 X_check: Tensor, *, atol: float = ATOL, rtol: float = RTOL) -> ExportResult:
-    """Write ``name.pt``, ``name.json`` and ``name.ts`` (see module docstring) and check that
-    the reloaded TorchScript module reproduces ``model``'s logits on ``X_check``."""
+                 X_check: Tensor, *, atol: float = ATOL, rtol: float = RTOL,
+                 build: Any = None) -> ExportResult:
+    """Write ``name.pt``, ``name.json`` and, when the model can be traced, ``name.ts``
+    (see module docstring), then check that the reloaded model reproduces ``model``'s
+    logits on ``X_check``: the TorchScript file, else the state_dict rebuilt from the
+    recipe (``load_model(out_dir, name, build)``; needs ``recipe['arch']``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = model.eval()
     sd_path, cfg_path, ts_path = (out / f"{name}{ext}" for ext in (".pt", ".json", ".ts"))
     torch.save(model.state_dict(), sd_path)
-    with quiet(), torch.no_grad():
-        scripted = torch.jit.trace(model, X_check[:2], check_trace=False)
-        torch.jit.save(scripted, str(ts_path))
-        reloaded = torch.jit.load(str(ts_path))
-    ref, got = predict(model, X_check), predict(reloaded, X_check)
-    diff = float((ref - got).abs().max()) if len(ref) else 0.0
     config = {"name": name, **recipe,
               "rebuild": "load_model(dir, name): build(arch) + shapes + quantization + "
                          "state_dict when arch is set, else the TorchScript file",
-              "export": {"format": "torchscript-trace", "atol": atol, "rtol": rtol,
-                         "max_abs_diff": diff}}
+              "export": {"format": "torchscript-trace", "atol": atol, "rtol": rtol}}
+    skipped, reloaded, checked_with = None, None, None
+    ts_path.unlink(missing_ok=True)
+    try:
+        with quiet(), torch.no_grad():
+            scripted = torch.jit.trace(model, X_check[:2], check_trace=False)
+            torch.jit.save(scripted, str(ts_path))
+            reloaded, checked_with = torch.jit.load(str(ts_path)), "torchscript"
+    except Exception as err:  # torchao's tensor subclasses cannot be traced
+        ts_path.unlink(missing_ok=True)
+        skipped = f"TorchScript cannot trace this model: {one_line(err)}"
+        config["export"]["format"] = None
     cfg_path.write_text(json.dumps(to_dict(config), indent=1))
-    return ExportResult(sd_path, cfg_path, ts_path, sd_path.stat().st_size,
-                        ts_path.stat().st_size, len(X_check), diff, atol, rtol,
-                        bool(torch.allclose(got, ref, atol=atol, rtol=rtol)),
-                        float((got.argmax(1) == ref.argmax(1)).float().mean()))
+    if reloaded is None and recipe.get("arch"):
+        reloaded, checked_with = load_model(out, name, build), "state_dict"
+    diff = agree = match = None
+    if reloaded is not None:
+        ref, got = predict(model, X_check), predict(reloaded, X_check)
+        diff = float((ref - got).abs().max()) if len(ref) else 0.0
+        match = bool(torch.allclose(got, ref, atol=atol, rtol=rtol))
+        agree = float((got.argmax(1) == ref.argmax(1)).float().mean()) if len(ref) else 1.0
+    config["export"].update(max_abs_diff=diff, checked_with=checked_with, script_skipped=skipped)
+    cfg_path.write_text(json.dumps(to_dict(config), indent=1))
+    return ExportResult(sd_path, cfg_path, ts_path if ts_path.exists() else None,
+                        sd_path.stat().st_size,
+                        ts_path.stat().st_size if ts_path.exists() else None, len(X_check),
+                        diff, atol, rtol, match, agree, checked_with, skipped)
 
 
 def load_state_dict_file(path: str | Path) -> dict[str, Any]:
     """``torch.load(path, weights_only=True)``; ``DataError`` if the file is missing or
-    holds anything but tensors/containers/primitives (e.g. a pickled module or code)."""
-    try:
+    holds anything but tensors/containers/primitives (e.g. a pickled module or code).
+    torchao's int8 tensors are allowed: importing torchao registers them with
+    ``torch.serialization.add_safe_globals`` (done here when the file needs them)."""
+    def load() -> dict[str, Any]:
         with quiet():
             return torch.load(path, map_location="cpu", weights_only=True)
+
+    try:
+        try:
+            return load()
+        except pickle.UnpicklingError as err:
+            if "torchao." not in str(err):
+                raise
+            from automl.compress.quantize import import_torchao
+
+            import_torchao()  # registers torchao's tensor classes as safe, then once more
+            return load()
     except (pickle.UnpicklingError, RuntimeError, OSError, EOFError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DataError(f"refused to load: {first}", where=str(path),
-                        fix="save with torch.save(model.state_dict()) and load weights only"
-                        ) from None
+        raise _refused(path, err) from None
+
+
+def _refused(path: str | Path, err: BaseException) -> DataError:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return DataError(f"refused to load: {first}", where=str(path),
+                     fix="save with torch.save(model.state_dict()) and load weights only")
 
 
 def fit_shapes(model: nn.Module, shapes: dict[str, list[int]]) -> nn.Module:
@@ -159,5 +205,9 @@ def load_model(out_dir: str | Path, name: str, build: Any = None) -> nn.Module:
                 return build_model(arch, tuple(recipe["input_shape"]), recipe["num_classes"])
 
         return rebuild(recipe, load_state_dict_file(out / f"{name}.pt"), build)
+    if not (out / f"{name}.ts").is_file():
+        raise DataError("neither a rebuild recipe ('arch') nor a TorchScript file",
+                        where=str(out / f"{name}.json"),
+                        fix="export the model with an arch recipe or a traceable model")
     with quiet():
         return torch.jit.load(str(out / f"{name}.ts"))

@@ -12,8 +12,9 @@ model at the end. The deployed winner is measured beside them (row ``winner``) a
 exported too, so the table shows what compression buys relative to ``best/model.pt``.
 
 Writes ``<run_dir>/compression/`` (``winner.*``, ``00_teacher.*``, ``NN_<stage>.*``:
-state_dict ``.pt``, rebuild recipe ``.json``, TorchScript ``.ts``; ``chain.json``) and
-returns the ``compression`` section of ``summary.json``.
+state_dict ``.pt``, rebuild recipe ``.json``, TorchScript ``.ts`` when traceable, ONNX
+``.onnx`` for float models; ``NN_quantize_ort.onnx``: ONNX Runtime's int8; ``chain.json``)
+and returns the ``compression`` section of ``summary.json``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from automl._io import write_json
 from automl.compress._base import make_context, measure, predict
 from automl.compress.chain import run_chain
 from automl.compress.export import export_model, shapes_of
+from automl.compress.onnx_export import export_checked
 from automl.errors import DataError, SpecError
 
 OUT = "compression"
@@ -53,19 +55,18 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
         cv_accuracy: the winner configuration's mean CV accuracy, shown in the table.
 
     Runs in this process with ``exp.resources.cpus_per_worker`` torch threads (restored
-    afterwards); latency is measured on ``compression.latency_threads``.
+    afterwards); trains on ``compression.device``; latency is measured on the CPU with
+    ``compression.latency_threads`` threads.
 
     Returns:
         ``ChainResult.to_dict()`` plus ``winner`` (measurement), ``winner_export``,
-        ``teacher_source``, ``guard``, ``table`` (one row per measured model: ``name``,
-        ``role``, ``params``, ``nonzero_params``, ``macs``, ``size_bytes``,
-        ``latency_ms_b1``, ``latency_ms_b64`` (ms, p50), ``val_accuracy``,
-        ``test_accuracy``, ``cv_accuracy``, ``agreement`` with ``00_teacher`` on the test
-        split), ``out_dir``, ``timing_s`` (teacher retrain, chain) and ``wall_time_s``
-        (seconds). Also written to ``compression/chain.json``.
+        ``winner_onnx``, ``teacher_source``, ``guard``, ``table`` (one row per measured
+        model, see ``table_rows``), ``out_dir``, ``timing_s`` (teacher retrain, chain) and
+        ``wall_time_s`` (seconds). Also written to ``compression/chain.json``.
 
     Raises:
         ValueError: ``exp.compression`` lists no stage.
+        ResourceError: ``compression.device`` is ``cuda`` and no GPU is visible.
     """
     from automl.data import fit_transform
     from automl.selection import fit_and_score
@@ -75,6 +76,11 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
     comp = exp.compression
     if not comp.stages:
         raise ValueError("compression.stages: no stage listed")
+    if comp.device == "cuda" and not torch.cuda.is_available():
+        from automl.errors import ResourceError
+
+        raise ResourceError("no CUDA device is visible to this process",
+                            where="compression.device", fix="set compression.device: cpu")
     console = console or Console()
     t0, threads_before = time.perf_counter(), torch.get_num_threads()
     # one unit of work, like a trial: resources.cpus_per_worker threads (more threads than
@@ -89,14 +95,15 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
     try:
         torch.set_num_threads(threads)
         fit = fit_and_score(dataset, ckpt["config"], splits.train, splits.val,
-                            impute=exp.data.impute, cpus=threads, keep_model=True)
+                            impute=exp.data.impute, cpus=threads, keep_model=True,
+                            gpus=1.0 if comp.device == "cuda" else 0.0)
         teacher = _rebuild(cfg.arch, fit["checkpoint"])
         timing = {"teacher_retrain_s": round(time.perf_counter() - t0, 2)}
         sets = fit_transform(dataset, splits.train, splits.val, splits.test,
                              impute=exp.data.impute)
         kw = {"seed": comp.seed, "batch_size": comp.batch_size, "lr": comp.lr,
               "threads": comp.latency_threads, "latency_repeats": comp.latency_repeats,
-              "teacher_arch": cfg.arch}
+              "teacher_arch": cfg.arch, "onnx": comp.onnx, "device": comp.device}
         out, old = run_dir / OUT, run_dir / f".{OUT}-old-{os.getpid()}"
         if out.exists():  # a re-run: keep the old results until the new ones are complete
             os.replace(out, old)
@@ -114,6 +121,7 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
                 "pruned": None, "quantized": None, "lineage": ["winner"]}, wctx.X_test)
             w_meas = measure(winner, wctx, "winner", predict(teacher, ctx.X_test).argmax(1),
                              size_bytes=w_export.size_bytes, script_bytes=w_export.script_bytes)
+            w_onnx = export_checked(winner, wctx, "winner") if comp.onnx else None
         except BaseException:  # leave no partial chain.json for readers of the run dir
             shutil.rmtree(out, ignore_errors=True)
             if old.exists():
@@ -123,11 +131,13 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
     finally:
         torch.set_num_threads(threads_before)
     section = {"status": "completed", **chain.to_dict(), "winner": w_meas.to_dict(),
-               "winner_export": w_export.to_dict(), "teacher_source": TEACHER_SOURCE,
+               "winner_export": w_export.to_dict(),
+               "winner_onnx": w_onnx.to_dict() if w_onnx else None,
+               "teacher_source": TEACHER_SOURCE,
                "guard": {"split": "validation", "rows": len(splits.val),
                          "teacher_val_accuracy": chain.teacher.val_accuracy,
                          "winner_val_accuracy_seen_in_training": w_meas.val_accuracy},
-               "table": table_rows(chain, w_meas, cv_accuracy),
+               "table": table_rows(chain, w_meas, cv_accuracy, w_onnx),
                "out_dir": str(out), "timing_s": timing,
                "wall_time_s": round(time.perf_counter() - t0, 2)}
     write_json(out / "chain.json", section)
@@ -159,13 +169,42 @@ def _rebuild(arch: dict, checkpoint: dict) -> torch.nn.Module:
     return model.eval()
 
 
-def table_rows(chain, winner_meas, cv_accuracy: float | None) -> list[dict[str, Any]]:
-    """Rows of the compression table: the deployed winner, the chain's teacher and each
-    accepted stage (see ``compress_winner``)."""
+ONNX_KEYS = ("onnx_file", "onnx_bytes", "onnx_max_abs_diff", "onnx_argmax_agreement",
+             "ort_latency_ms_b1", "ort_latency_ms_b64", "onnx_skipped")
+
+
+def _onnx_columns(onnx) -> dict[str, Any]:
+    """The table's ONNX columns from an ``OnnxExport`` (all None without one)."""
+    if onnx is None:
+        return dict.fromkeys(ONNX_KEYS)
+    return {"onnx_file": str(onnx.path) if onnx.path else None, "onnx_bytes": onnx.bytes,
+            "onnx_max_abs_diff": onnx.max_abs_diff,
+            "onnx_argmax_agreement": onnx.argmax_agreement,
+            "ort_latency_ms_b1": onnx.latency_ms_b1, "ort_latency_ms_b64": onnx.latency_ms_b64,
+            "onnx_skipped": onnx.skipped}
+
+
+def table_rows(chain, winner_meas, cv_accuracy: float | None,
+               winner_onnx=None) -> list[dict[str, Any]]:
+    """Rows of the compression table: the deployed winner, the chain's teacher, each
+    accepted stage and an accepted ONNX Runtime int8 model (``NN_quantize_ort``).
+
+    Keys: ``name``, ``role``, ``params``, ``nonzero_params``, ``macs``, ``size_bytes``
+    (state_dict file), ``latency_ms_b1``, ``latency_ms_b64`` (PyTorch, ms, p50),
+    ``val_accuracy``, ``test_accuracy``, ``cv_accuracy``, ``agreement`` (test argmax vs
+    ``00_teacher``) and the ONNX columns ``onnx_file``, ``onnx_bytes``,
+    ``onnx_max_abs_diff`` and ``onnx_argmax_agreement`` (ONNX Runtime vs PyTorch on the
+    test split), ``ort_latency_ms_b1``, ``ort_latency_ms_b64`` (ONNX Runtime, ms, p50) and
+    ``onnx_skipped`` (why there is no ONNX file). The ONNX Runtime int8 row has no PyTorch
+    figures (None) and counts its source model's parameters and MACs; its parity columns
+    are None (it is a different, quantized model; ``agreement`` says how close it is).
+    """
     rows = []
-    accepted = [(s.stage, s.measurement) for s in chain.stages if s.status == "accepted"]
-    for role, m in [("winner (train + val rows)", winner_meas),
-                    ("teacher (train rows)", chain.teacher)] + accepted:
+    accepted = [(s.stage, s.measurement, s.onnx) for s in chain.stages
+                if s.status == "accepted"]
+    by_name = {chain.teacher.name: chain.teacher, **{m.name: m for _, m, _ in accepted}}
+    for role, m, onnx in [("winner (train + val rows)", winner_meas, winner_onnx),
+                          ("teacher (train rows)", chain.teacher, chain.teacher_onnx)] + accepted:
         d = m.to_dict()
         rows.append({"name": d["name"], "role": role,
                      **{k: d[k] for k in ("params", "nonzero_params", "macs", "size_bytes",
@@ -173,13 +212,28 @@ def table_rows(chain, winner_meas, cv_accuracy: float | None) -> list[dict[str, 
                      "val_accuracy": None if m is winner_meas else d["val_accuracy"],
                      "test_accuracy": d["accuracy"],
                      "cv_accuracy": cv_accuracy if m in (winner_meas, chain.teacher) else None,
-                     "agreement": d["agreement"]})
+                     "agreement": d["agreement"], **_onnx_columns(onnx)})
+    for s in chain.stages:
+        q = s.onnx_int8
+        if q is None or q.status != "accepted":
+            continue
+        src = by_name.get(q.source)
+        rows.append({"name": q.name, "role": f"ONNX Runtime static int8 of {q.source}",
+                     "params": src.params if src else None,
+                     "nonzero_params": src.nonzero_params if src else None,
+                     "macs": src.macs if src else None, "size_bytes": None,
+                     "latency_ms_b1": None, "latency_ms_b64": None,
+                     "val_accuracy": q.val_accuracy, "test_accuracy": q.accuracy,
+                     "cv_accuracy": None, "agreement": q.agreement,
+                     "onnx_file": str(q.path), "onnx_bytes": q.bytes, "onnx_max_abs_diff": None,
+                     "onnx_argmax_agreement": None, "ort_latency_ms_b1": q.latency_ms_b1,
+                     "ort_latency_ms_b64": q.latency_ms_b64, "onnx_skipped": None})
     return rows
 
 
 def print_compression(console: Console, section: dict) -> None:
-    """The compression table (rich), then one line per stage: its status and, for an
-    accepted one, its validation drop; for the others, the reason."""
+    """The compression table (rich), the ONNX Runtime table, then one line per stage: its
+    status and, for an accepted one, its validation drop; for the others, the reason."""
     table = Table(title="compression (CPU p50 latency in ms; agree: test argmax vs 00_teacher)",
                   box=box.SIMPLE_HEAD, padding=0, show_edge=False)
     # unstructured pruning zeroes weights without removing them: show the non-zero count
@@ -193,6 +247,8 @@ def print_compression(console: Console, section: dict) -> None:
         return "-" if v is None else format(v, spec)
 
     for r in section["table"]:
+        if r.get("size_bytes") is None and r.get("onnx_bytes") is not None:
+            continue  # an ONNX-only model: in the ONNX Runtime table
         nonzero = (f(r.get("nonzero_params"), ","),) if sparse else ()
         table.add_row(r["name"], f(r["params"], ","), *nonzero, _si(r["macs"]),
                       _si(r["size_bytes"], "B"),
@@ -200,12 +256,33 @@ def print_compression(console: Console, section: dict) -> None:
                       f(r["val_accuracy"], ".4f"), f(r["test_accuracy"], ".4f"),
                       f(r["cv_accuracy"], ".4f"), f(r["agreement"], ".4f"))
     console.print(table)
+    onnx_rows = [r for r in section["table"] if r.get("onnx_bytes") is not None]
+    if onnx_rows:
+        ort = Table(title="ONNX Runtime (CPU p50 ms; |diff|, agree: vs PyTorch on the test "
+                          "split)", box=box.SIMPLE_HEAD, padding=0, show_edge=False)
+        for col in ("model", "file", "max |diff|", "agree", "ort b1", "ort b64", "test"):
+            ort.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+        for r in onnx_rows:
+            ort.add_row(r["name"], _si(r["onnx_bytes"], "B"), f(r["onnx_max_abs_diff"], ".1e"),
+                        f(r["onnx_argmax_agreement"], ".4f"), f(r["ort_latency_ms_b1"], ".3f"),
+                        f(r["ort_latency_ms_b64"], ".2f"), f(r["test_accuracy"], ".4f"))
+        console.print(ort)
+    for r in section["table"]:
+        if r.get("onnx_skipped"):
+            console.print(f"  {r['name']}: no ONNX file: {r['onnx_skipped']}", highlight=False)
     for s in section["stages"]:
         drop = s.get("val_accuracy_drop")
         note = (f", val drop {drop:+.4f} (max {s['max_accuracy_drop']})"
                 if drop is not None and s["status"] == "accepted" else "")
         line = f"  #{s['index']} {s['stage']}: {s['status']}{note}"
         console.print(line + (f": {s['reason']}" if s.get("reason") else ""), highlight=False)
+        q = s.get("onnx_int8")
+        if q:
+            qdrop = q.get("val_accuracy_drop")
+            qnote = f", val drop {qdrop:+.4f}" if qdrop is not None else ""
+            console.print(f"  #{s['index']} {q['name']} (ONNX Runtime int8 of {q['source']}): "
+                          f"{q['status']}{qnote}" + (f": {q['reason']}" if q.get("reason")
+                                                     else ""), highlight=False)
     console.print(f"compress {section['wall_time_s']:.0f}s; files in {section['out_dir']}",
                   highlight=False)
 

@@ -167,7 +167,7 @@ class PruneStage:
         t, a = self.distill_temperature, self.distill_alpha
 
         def loss_fn(logits: torch.Tensor, yb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-            return distillation_loss(logits, soft[idx], yb, t, a)
+            return distillation_loss(logits, soft[idx].to(logits.device), yb, t, a)
 
         ctx.fine_tune(model, self.fine_tune_epochs, self.lr or ctx.lr, loss_fn=loss_fn)
 

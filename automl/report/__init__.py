@@ -16,7 +16,14 @@ from pathlib import Path
 from automl._io import write_text
 from automl.report import _figures as figs
 from automl.report._html import code, figure, page, pairs, table
-from automl.rundir import compression, cv_table, measured_models, read_summary, read_trials
+from automl.rundir import (
+    compression,
+    cv_table,
+    measured_models,
+    onnx_int8_models,
+    read_summary,
+    read_trials,
+)
 
 STUDY_DB = "study.db"
 
@@ -131,23 +138,30 @@ def _compression(chain: dict) -> str:
     """One row per measured model (deployed winner, teacher, accepted stages), then the
     stages that were not accepted with the reason; the guard decides on validation rows."""
     cols = ["model", "status", "val accuracy", "val drop", "test accuracy", "params",
-            "non-zero", "MACs", "file bytes", "latency b1 (ms)", "reason"]
+            "non-zero", "MACs", "file bytes", "latency b1 (ms)", "ONNX bytes",
+            "ONNX max |diff|", "ORT latency b1 (ms)", "reason"]
     drops = {f"{s.get('index', 0):02d}_{s.get('stage')}": s for s in chain.get("stages", [])}
     rows = []
     for m in measured_models(chain):
-        st = drops.get(m.get("name"), {})
+        st, onnx = drops.get(m.get("name"), {}), m.get("onnx") or {}
         # the deployed winner was trained on the validation rows: its score there says nothing
         val = None if m["status"] == "winner" else m.get("val_accuracy")
         rows.append([m.get("name", m["stage"]), m["status"], val,
                      st.get("val_accuracy_drop", st.get("accuracy_drop")), m.get("accuracy"),
                      m.get("params"), m.get("nonzero_params"), m.get("macs"),
-                     m.get("size_bytes"), m.get("latency_ms_b1"), ""])
+                     m.get("size_bytes"), m.get("latency_ms_b1"), onnx.get("bytes"),
+                     onnx.get("max_abs_diff"), onnx.get("latency_ms_b1"), ""])
+    for q in onnx_int8_models(chain):  # ONNX Runtime's int8, kept by the same guard
+        rows.append([q.get("name"), f"ONNX Runtime int8 of {q.get('source')}",
+                     q.get("val_accuracy"), q.get("val_accuracy_drop"), q.get("accuracy"),
+                     None, None, None, None, None, q.get("bytes"), None,
+                     q.get("latency_ms_b1"), ""])
     for st in chain.get("stages", []):
         if st.get("status") != "accepted":
             rows.append([f"{st.get('index')} {st.get('stage')}", st.get("status"),
                          st.get("val_accuracy"),
                          st.get("val_accuracy_drop", st.get("accuracy_drop")),
-                         st.get("accuracy"), None, None, None, None, None,
+                         st.get("accuracy"), None, None, None, None, None, None, None, None,
                          st.get("reason") or ""])
     return table(cols, rows)
 

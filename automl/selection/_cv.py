@@ -297,7 +297,8 @@ def refit_and_test(
 
     Returns:
         ``{"checkpoint": dict (``TrainState.checkpoint`` format), "preprocessor": the
-        ``ColumnTransformer`` fitted on ``splits.pool`` (None for image data), "test":
+        ``ColumnTransformer`` fitted on ``splits.pool`` (None for image data),
+        "environment": where the refit trained (``automl.determinism.environment``), "test":
         {scores..., "loss", "rows", "train_rows"}, "confusion_matrix": {"classes",
         "matrix"}}``;
         ``matrix[i][j]`` counts test rows of class ``i`` predicted as ``j``.
@@ -320,6 +321,7 @@ def refit_and_test(
             "rows": out["n_eval"], "train_rows": out["n_train"],
             "train_time_s": out["train_time_s"]}
     return {"checkpoint": out["checkpoint"], "preprocessor": out["preprocessor"], "test": test,
+            "environment": out["environment"],
             "confusion_matrix": {"classes": list(data.classes), "rows": "true class",
                                  "columns": "predicted class", "matrix": matrix.tolist()}}
 

@@ -31,18 +31,24 @@ def fit_and_score(
         cpus: torch intra-op threads.
         gpus: when > 0 and CUDA is available, trains on the GPU Ray assigned, with
             ``precision`` autocast (``fp32``, ``bf16``, ``fp16``).
-        keep_model: also return the checkpoint dict, the predictions and the fitted
-            preprocessor.
+        keep_model: also return the checkpoint dict, the predictions, the fitted
+            preprocessor and the environment it trained in.
+
+    Trains under ``automl.determinism.deterministic()``: on the CPU, the same config,
+    rows, thread count and package versions give the same weights bit for bit (what
+    ``automl reproduce`` checks).
 
     Returns:
         ``scores`` (:func:`classification_scores`), ``loss`` (cross-entropy), ``epochs``,
         ``train_time_s`` (seconds in training steps), ``n_params``, ``n_train``,
         ``n_eval``; with ``keep_model`` also ``checkpoint`` (tensors on the CPU),
-        ``y_pred`` (list of int) and ``preprocessor`` (the ``ColumnTransformer`` fitted on
-        ``train_idx``; None for image data).
+        ``y_pred`` (list of int), ``preprocessor`` (the ``ColumnTransformer`` fitted on
+        ``train_idx``; None for image data) and ``environment``
+        (``automl.determinism.environment``: packages, flags, threads, device).
     """
     import torch
 
+    from automl.determinism import deterministic, environment
     from automl.models import count_parameters
     from automl.space import TrialConfig
     from automl.train import Shard, TrainState, fit, predict, set_threads, to_tensors
@@ -51,12 +57,14 @@ def fit_and_score(
     device = "cuda" if gpus and torch.cuda.is_available() else "cpu"
     pre, ((X_tr, y_tr), (X_ev, y_ev)) = fit_apply(data, train_idx, eval_idx, impute=impute)
     cfg = TrialConfig.from_dict(config)
-    state = TrainState.create(cfg, tuple(X_tr.shape[1:]), data.num_classes, len(y_tr),
-                              wrap=lambda m: m.to(device))
-    t0 = time.perf_counter()
-    train = tuple(t.to(device) for t in to_tensors(X_tr, y_tr))
-    fit(state, train, None, shard=Shard(device=device, precision=precision))
-    train_time = time.perf_counter() - t0
+    with deterministic():
+        state = TrainState.create(cfg, tuple(X_tr.shape[1:]), data.num_classes, len(y_tr),
+                                  wrap=lambda m: m.to(device))
+        t0 = time.perf_counter()
+        train = tuple(t.to(device) for t in to_tensors(X_tr, y_tr))
+        fit(state, train, None, shard=Shard(device=device, precision=precision))
+        train_time = time.perf_counter() - t0
+        env = environment(device) if keep_model else None
     X_t, y_t = to_tensors(X_ev, y_ev)
     logits = predict(state.model, X_t.to(device)).float().cpu()  # (n_eval, num_classes)
     y_pred = logits.argmax(1).numpy()
@@ -74,6 +82,7 @@ def fit_and_score(
         out["checkpoint"] = _to_cpu(ckpt)
         out["y_pred"] = [int(v) for v in y_pred]
         out["preprocessor"] = pre
+        out["environment"] = env
     return out
 
 

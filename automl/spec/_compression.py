@@ -163,7 +163,10 @@ class CompressionSpec(_Strict):
     every training in the chain); test accuracy is only reported. ``lr`` and
     ``batch_size`` are the defaults of stages that train; ``seed`` seeds student
     initialisation and batch order; latency is the p50 of ``latency_repeats`` runs on
-    ``latency_threads`` CPU threads.
+    ``latency_threads`` CPU threads. ``onnx``: export every kept model to ONNX, check it in
+    ONNX Runtime (parity and latency) and add ONNX Runtime's static int8 at the first
+    quantize stage. ``device``: where the chain trains (teacher retrain, distillation,
+    fine-tuning); ``cuda`` needs a GPU. Quantization and latency stay on the CPU.
     """
 
     enabled: bool | None = None
@@ -173,6 +176,8 @@ class CompressionSpec(_Strict):
     seed: int = 0
     latency_threads: int = Field(1, ge=1, le=256)
     latency_repeats: int = Field(30, ge=3, le=100_000)
+    onnx: bool = True
+    device: Literal["cpu", "cuda"] = "cpu"
 
     @model_validator(mode="before")
     @classmethod

@@ -1,0 +1,313 @@
+"""Model cards: one Markdown file (``MODEL_CARD.md``) beside each registered model version,
+after Mitchell et al. 2019, "Model Cards for Model Reporting" (FAT*; arXiv:1810.03993).
+
+A card says what data the model saw and how it was split, the search that found it
+(trials, budget, sampler, scheduler), its cross-validated scores with 95% intervals, its
+test scores and a confusion-matrix summary, its size, MACs and CPU latency (PyTorch and
+ONNX Runtime), its lineage, and how to load it (PyTorch, TorchScript, ONNX Runtime), with
+a Python snippet that runs as written (absolute paths, a random input of the model's
+input shape).
+
+Everything comes from the run's summary dict, the spec and the files in the run
+directory: ``render_card`` does no training and no measuring (``measure_checkpoint``
+measures a checkpoint when the run did not, e.g. without a compression chain).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CV_METRICS = ("accuracy", "balanced_accuracy", "precision_macro", "recall_macro", "f1_macro")
+
+
+@dataclass(frozen=True)
+class CardInput:
+    """What one card is made of. ``kind``: ``winner``, ``compressed`` or ``onnx-int8``;
+    ``files``: the version's file names; ``measurement``: ``params``, ``nonzero_params``,
+    ``macs``, ``size_bytes``, ``latency_ms_b1``/``_b64`` (PyTorch) and
+    ``ort_latency_ms_b1``/``_b64`` (ONNX Runtime), ms, CPU p50 (any may be missing);
+    ``input_shape``: one example's shape as the model takes it (after preprocessing);
+    ``file_sizes``: bytes of each file of the version."""
+
+    name: str
+    version: int
+    folder: Path
+    registry: Path
+    kind: str
+    format: str
+    files: tuple[str, ...]
+    lineage: dict[str, Any]
+    summary: dict[str, Any]
+    spec: dict[str, Any]
+    input_shape: tuple[int, ...]
+    measurement: dict[str, Any] = field(default_factory=dict)
+    confusion: dict[str, Any] | None = None
+    export_name: str | None = None
+    file_sizes: dict[str, int] = field(default_factory=dict)
+
+
+def _f(v: Any, spec: str = ".4f") -> str:
+    return "-" if v is None else format(v, spec) if isinstance(v, (int, float)) else str(v)
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def _data(c: CardInput) -> list[str]:
+    d, ds = c.summary.get("data") or {}, c.spec.get("data") or {}
+    split = d.get("split") or {}
+    cleaning = d.get("cleaning") or {}
+    counts = d.get("class_counts") or {}
+    rows = [["source", d.get("name", ds.get("source"))], ["kind", d.get("kind", "-")],
+            ["rows (after cleaning)", d.get("rows", "-")],
+            ["classes", f"{len(counts)}: " + ", ".join(f"{k} ({v})" for k, v in
+                                                      list(counts.items())[:20])],
+            ["model input shape (one example)", tuple(d.get("model_input_shape")
+                                                      or c.input_shape)],
+            ["split (stratified, seed " + str(ds.get("seed", "-")) + ")",
+             ", ".join(f"{k} {v}" for k, v in split.items())],
+            ["removed", f"{cleaning.get('duplicate_rows', 0)} duplicate rows, "
+                        f"{cleaning.get('missing_target_rows', 0)} rows without a label"],
+            ["data sha256", f"`{d.get('sha256', '-')}`"]]
+    return ["## Data and splits", "", *_table(["", ""], rows), "",
+            "The search trained on the train split and scored on the validation split; "
+            "cross-validation used train + validation rows; the test split was read once, "
+            "by the final model.", ""]
+
+
+def _search(c: CardInput) -> list[str]:
+    s, sch = c.spec.get("search") or {}, c.spec.get("scheduler") or {}
+    trials = c.summary.get("trials") or {}
+    ended = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in trials.items() if k != "total")
+    wall = (c.summary.get("search") or {}).get("wall_time_s")
+    sched = sch.get("type", "-")
+    if sched == "asha":
+        top = sch.get("max_epochs")
+        sched += (f" (grace period {sch.get('grace_period')} epoch(s), reduction factor "
+                  f"{sch.get('reduction_factor')}"
+                  + (f", at most {top} epochs)" if top else ", up to each trial's epochs)"))
+    rows = [["trials", f"{trials.get('total', '-')} of {s.get('num_samples', '-')} requested"
+                       + (f" ({ended})" if ended else "")],
+            ["sampler", f"{s.get('sampler', '-')} (Optuna), seed {s.get('seed', '-')}"],
+            ["scheduler", sched],
+            ["budget", f"{s.get('num_samples', '-')} trials, time budget "
+                       f"{_f(s.get('time_budget_s'), '.0f')} s"],
+            ["search wall time", f"{_f(wall, '.0f')} s"],
+            ["search metric", f"{c.summary.get('metric', '-')} ({c.summary.get('mode', '-')})"]]
+    return ["## The search that found it", "", *_table(["", ""], rows), ""]
+
+
+def _cv(c: CardInput) -> list[str]:
+    win = c.summary.get("winner") or {}
+    cv = win.get("cv") or {}
+    plan = (c.summary.get("cv") or {}).get("plan") or {}
+    if not cv:
+        return ["## Cross-validation", "", "Not cross-validated.", ""]
+    rows = []
+    for m in CV_METRICS:
+        s = cv.get(m) or {}
+        ci = s.get("ci95")
+        rows.append([m, _f(s.get("mean")), _f(s.get("std")),
+                     f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "-", s.get("n", "-")])
+    folds = f"{plan.get('n_folds', '-')} folds x {plan.get('n_repeats', 1)} repeat(s)" \
+        if plan else "folds"
+    lines = ["## Cross-validation", "",
+             f"Stratified {folds} on the train + validation rows (each fold trains this "
+             "configuration from scratch). The interval is Student's t over the folds; folds "
+             "share training rows, so read it as a noise scale (Nadeau & Bengio 2003).", "",
+             *_table(["metric", "mean", "std", "95% CI", "folds"], rows), ""]
+    if win.get("reason"):
+        lines += [f"Chosen because: {win['reason']}.", ""]
+    if c.kind != "winner":
+        lines[2:2] = [f"These are the scores of the parent model ({c.lineage.get('parent')}) "
+                      "this one was compressed from; compressed models are not re-validated by "
+                      "folds (their guard is the validation split).", ""]
+    return lines
+
+
+def _test(c: CardInput) -> list[str]:
+    t = c.lineage.get("test") or {}
+    if c.kind == "winner":
+        keys = ("accuracy", "balanced_accuracy", "precision_macro", "recall_macro",
+                "f1_macro", "loss")
+        rows = [[k, _f(t.get(k))] for k in keys if t.get(k) is not None]
+        rows.append(["rows", f"{t.get('rows', '-')} test rows; trained on "
+                             f"{t.get('train_rows', '-')} rows (train + validation)"])
+    else:
+        m = c.measurement
+        rows = [["accuracy", _f(t.get("accuracy"))],
+                ["agreement with the chain's teacher (test argmax)", _f(m.get("agreement"))],
+                ["validation accuracy (what the guard read)", _f(m.get("val_accuracy"))]]
+    return ["## Test scores", "", *_table(["", ""], rows), ""]
+
+
+def _confusion(c: CardInput) -> list[str]:
+    if not c.confusion or not c.confusion.get("matrix"):
+        return ["## Confusion matrix", "",
+                "Not computed for this model (see the parent's card); its test accuracy and "
+                "agreement are above.", ""]
+    classes = [str(k) for k in c.confusion.get("classes") or []]
+    mat = c.confusion["matrix"]
+    n = len(mat)
+    classes = classes if len(classes) == n else [str(i) for i in range(n)]
+    recall = [(mat[i][i] / sum(mat[i]) if sum(mat[i]) else None) for i in range(n)]
+    pairs = sorted(((mat[i][j], classes[i], classes[j]) for i in range(n) for j in range(n)
+                    if i != j and mat[i][j]), reverse=True)[:5]
+    worst = min((r, k) for r, k in zip(recall, classes, strict=True) if r is not None) \
+        if any(r is not None for r in recall) else None
+    total = sum(map(sum, mat))
+    wrong = total - sum(mat[i][i] for i in range(n))
+    lines = ["## Confusion matrix (test split)", "",
+             f"{wrong} of {total} test rows misclassified. Recall per class: "
+             + ", ".join(f"{k} {_f(r, '.3f')}" for k, r in zip(classes, recall, strict=True))
+             + "."]
+    if worst is not None:
+        lines.append(f"Lowest recall: class {worst[1]} ({worst[0]:.3f}).")
+    lines += ["", "Most frequent confusions (true -> predicted: rows):", ""]
+    lines += [f"- {a} -> {b}: {k}" for k, a, b in pairs] or ["- none"]
+    return lines + ["", "The full matrix is `confusion_matrix.json` in the run directory "
+                        "(rows: true class, columns: predicted class).", ""]
+
+
+def _size(c: CardInput) -> list[str]:
+    m = c.measurement
+    sizes = ", ".join(f"`{f}` {n:,} B" for f, n in c.file_sizes.items())
+    rows = [["parameters", _f(m.get("params"), ",")],
+            ["non-zero parameters", _f(m.get("nonzero_params"), ",")],
+            ["MACs per example", _f(m.get("macs"), ",")],
+            ["files", sizes or "-"],
+            ["PyTorch CPU p50 latency, batch 1 / 64 (ms)",
+             f"{_f(m.get('latency_ms_b1'), '.3f')} / {_f(m.get('latency_ms_b64'), '.3f')}"],
+            ["ONNX Runtime CPU p50 latency, batch 1 / 64 (ms)",
+             f"{_f(m.get('ort_latency_ms_b1'), '.3f')} / {_f(m.get('ort_latency_ms_b64'), '.3f')}"]]
+    threads = (c.spec.get("compression") or {}).get("latency_threads", 1)
+    return ["## Size, MACs and latency", "", *_table(["", ""], rows), "",
+            f"Latency: median of repeated runs on {threads} CPU thread(s) of the machine "
+            "that ran the sweep (see `reproducibility.json` in the run directory).", ""]
+
+
+def _lineage(c: CardInput) -> list[str]:
+    lin = c.lineage
+    rows = [["kind", c.kind], ["format", c.format], ["sweep", lin.get("sweep")],
+            ["run directory", f"`{lin.get('run_dir')}`"], ["trial", lin.get("trial_id")],
+            ["spec sha256", f"`{lin.get('spec_sha256')}`"],
+            ["data sha256", f"`{lin.get('data_sha256')}`"],
+            ["parent", lin.get("parent") or "-"],
+            ["compression", " -> ".join(lin.get("compression") or []) or "-"]]
+    params = lin.get("params")
+    lines = ["## Lineage", "", *_table(["", ""], rows), ""]
+    if params:
+        lines += ["Sampled hyperparameters:", "", "```json",
+                  json.dumps(params, indent=1, sort_keys=True), "```", ""]
+    lines += ["`automl reproduce <run directory>` retrains the winner from this record and "
+              "checks that its weights come out identical.", ""] if c.kind == "winner" else []
+    return lines
+
+
+def snippet(c: CardInput) -> str:
+    """The Python loading snippet: every way this version can be loaded, run on one random
+    batch; prints one line per way (``pytorch`` or, for an ONNX-only version,
+    ``registry``; ``torchscript``; ``onnx``) with the predicted classes, then checks they
+    agree (the same file or weights behind each)."""
+    root, ref = c.registry.resolve(), f"{c.name}@{c.version}"
+    folder = c.folder.resolve()
+    way = "registry" if c.kind == "onnx-int8" else "pytorch"  # an ONNX-only version loads
+    # as an ONNX Runtime session behind the registry's call
+    shape = ", ".join(str(d) for d in c.input_shape)
+    lines = ["import torch", "", "from automl.registry import Registry", "",
+             "torch.manual_seed(0)",
+             f"x = torch.rand(4, {shape})  # 4 inputs as the model takes them (preprocessed)",
+             "preds = {}", "",
+             ("# PyTorch: rebuilt from the recorded config, weights loaded weights-only"
+              if way == "pytorch" else "# the registry: an ONNX Runtime session behind a call"),
+             f"model, version = Registry({str(root)!r}).load({ref!r})",
+             "with torch.no_grad():",
+             f"    preds[{way!r}] = model(x).argmax(1).tolist()"]
+    ts = "model.ts" if c.kind == "winner" else f"{c.export_name}.ts"
+    if ts in c.files:
+        lines += ["", "# TorchScript: needs torch only",
+                  f"scripted = torch.jit.load({str(folder / ts)!r})",
+                  "with torch.no_grad():",
+                  "    preds['torchscript'] = scripted(x).argmax(1).tolist()"]
+    onnx = "model.onnx" if c.kind == "winner" else f"{c.export_name}.onnx"
+    if onnx in c.files:
+        lines += ["", "# ONNX Runtime: needs onnxruntime and numpy only",
+                  "import onnxruntime as ort", "",
+                  f"session = ort.InferenceSession({str(folder / onnx)!r}, "
+                  "providers=['CPUExecutionProvider'])",
+                  "preds['onnx'] = session.run(None, {'input': x.numpy()})[0].argmax(1).tolist()"]
+    lines += ["", "for way, p in preds.items():", "    print(way, p)"]
+    lines += [f"assert all(p == preds[{way!r}] for p in preds.values()), preds"]
+    return "\n".join(lines) + "\n"
+
+
+def _load(c: CardInput) -> list[str]:
+    notes = []
+    if c.kind == "winner" and "preprocessor.skops" in c.files:
+        notes = ["Tabular data: raw rows become model inputs with "
+                 f"`automl.data.load_preprocessor({str(c.folder / 'preprocessor.skops')!r})"
+                 ".transform(frame)`.", ""]
+    missing = []
+    stem = "model" if c.kind == "winner" else c.export_name
+    for ext, what in ((".ts", "TorchScript"), (".onnx", "ONNX")):
+        if f"{stem}{ext}" not in c.files and c.kind != "onnx-int8":
+            why = (c.measurement.get("onnx_skipped") if ext == ".onnx" else
+                   c.measurement.get("script_skipped")) or "it could not be exported"
+            missing.append(f"No {what} file: {why}.")
+    return ["## How to load it", "", *notes,
+            "PyTorch (`automl.registry.Registry(...).load`, weights-only), TorchScript "
+            "(`torch.jit.load`, no automl needed) and ONNX Runtime (`onnxruntime`, input "
+            "`input` with a dynamic batch axis, output `logits`):", "",
+            "```python", snippet(c).rstrip(), "```", "", *missing,
+            *([""] if missing else [])]
+
+
+def render_card(c: CardInput) -> str:
+    """The card's Markdown (module docstring)."""
+    arch = (c.lineage.get("config") or {}).get("arch") or {}
+    what = {"winner": "the cross-validation winner, retrained on train + validation rows",
+            "compressed": f"a compressed model ({' -> '.join(c.lineage.get('compression') or [])})"
+                          f" of {c.lineage.get('parent')}",
+            "onnx-int8": f"ONNX Runtime's static int8 of {c.lineage.get('source_model')} "
+                         f"(parent {c.lineage.get('parent')})"}[c.kind]
+    head = [f"# {c.name}@{c.version}", "",
+            f"{what[0].upper() + what[1:]} of the sweep "
+            f"`{c.lineage.get('sweep')}`" + (f" ({arch.get('family')})" if arch else "")
+            + f"; registered {c.lineage.get('registered_at', '')}.".rstrip(), ""]
+    parts = [head, _data(c), _search(c), _cv(c), _test(c), _confusion(c), _size(c),
+             _lineage(c), _load(c)]
+    return "\n".join(line for part in parts for line in part).rstrip() + "\n"
+
+
+def measure_checkpoint(path: str | Path, threads: int = 1, repeats: int = 20) -> dict[str, Any]:
+    """Parameters, MACs and CPU p50 latency (ms, batch 1 and 64, random inputs) of a
+    ``TrainState.checkpoint`` file, for a card whose run measured nothing."""
+    import torch
+
+    from automl.compress._base import count_macs_params, latency_ms
+    from automl.train import load_checkpoint
+
+    model, ckpt = load_checkpoint(path)
+    x = torch.rand(64, *ckpt["input_shape"], generator=torch.Generator().manual_seed(0))
+    macs, params = count_macs_params(model, x)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        b1, b64 = latency_ms(model, x[:1], repeats), latency_ms(model, x, max(3, repeats // 3))
+    finally:
+        torch.set_num_threads(before)
+    return {"params": params, "nonzero_params": int(sum(int(torch.count_nonzero(p))
+                                                        for p in model.parameters())),
+            "macs": macs, "latency_ms_b1": b1, "latency_ms_b64": b64}
+
+
+def extract_snippet(card_text: str) -> str:
+    """The first ```python block of a card (what a user copies)."""
+    start = card_text.index("```python\n") + len("```python\n")
+    return card_text[start:card_text.index("```", start)]
