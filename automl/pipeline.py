@@ -295,7 +295,8 @@ def run_main_job(
                                                       console, sinks, init_weights, resume),
                             load=SearchResult.from_dict)
         # a W&B server lost mid-sweep moved its sink offline: the winner logs there too
-        target = next((s.target for s in sinks if isinstance(s, WandbTrials)), target)
+        target = next((s.sink.target for s in sinks if isinstance(getattr(s, "sink", None),
+                                                                   WandbTrials)), target)
         write_json(run_dir / "trials.json", [t.to_dict() for t in result.trials])
         top = result.ranked[: exp.selection.top_k]
         leaderboard = [_row(t, result.metric) for t in top]

@@ -1,7 +1,7 @@
 """Warm start: a sweep begins where a previous one ended.
 
 Before Tune starts, the new run's Optuna study (``<run_dir>/study.db``, which Ray's
-``OptunaSearch`` then loads with ``load_if_exists``) is seeded with
+``StudySearch`` then opens with ``load_if_exists``) is seeded with
 
 * the previous study's finished trials whose parameters fit this spec's space, via
   ``Study.add_trials`` (so TPE's model starts informed, and they count toward its

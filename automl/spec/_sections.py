@@ -256,7 +256,8 @@ class TrainingSpec(_Strict):
 
 
 class SearchSpec(_Strict):
-    """How configurations are proposed (Optuna sampler via Ray Tune's OptunaSearch)."""
+    """How configurations are proposed: an Optuna sampler asked by the project's own searcher
+    (``automl.search.StudySearch``, plugged into Ray Tune as a ``Searcher``)."""
 
     sampler: Literal["tpe", "multivariate_tpe", "random", "cmaes", "gp", "qmc"] = "tpe"
     seed: int = 0

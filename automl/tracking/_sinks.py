@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from automl.search import SweepView, TrialLog, TrialSink
+from automl.search._ledger import InBackground
 from automl.spec import Experiment
 from automl.tracking._wandb import WandbTarget, start_run
 
@@ -108,7 +109,8 @@ class TensorBoardTrials:
 def sweep_sinks(exp: Experiment, run_dir: Path, target: WandbTarget | None,
                 note=print) -> list[TrialSink]:
     """Everything a sweep reports to besides its console: TensorBoard (``tracking.
-    tensorboard``), W&B (when ``target`` is given) and the Ray metrics of
+    tensorboard``), W&B (when ``target`` is given; on a thread of its own,
+    :class:`~automl.search._ledger.InBackground`) and the Ray metrics of
     ``automl.monitoring``."""
     from automl.monitoring import SweepMetrics
 
@@ -116,6 +118,6 @@ def sweep_sinks(exp: Experiment, run_dir: Path, target: WandbTarget | None,
     if exp.tracking.tensorboard:
         sinks.append(TensorBoardTrials(run_dir))
     if target is not None:
-        sinks.append(WandbTrials(target, note))
+        sinks.append(InBackground(WandbTrials(target, note)))
     sinks.append(SweepMetrics(Path(run_dir).name))
     return sinks
