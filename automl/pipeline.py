@@ -23,7 +23,7 @@ from automl._io import write_json, write_text
 from automl.errors import DataError, ResourceError, RunError, SpecError
 from automl.search._result import SearchResult
 from automl.selection._cv import CVResult
-from automl.spec import IMAGE_FAMILIES, Experiment
+from automl.spec import KIND_WORDS, Experiment, kind_mismatch
 
 #: the folder of a run directory that holds each finished stage's result
 STAGES = "stages"
@@ -150,13 +150,12 @@ def prepare(exp: Experiment, console: Console) -> Prepared:
     Raises:
         DataError: the data cannot be loaded, or a class is too small for the split or folds.
     """
-    from automl.data import fit_transform, load_dataset, split_indices
+    from automl.data import fit_transform, load_dataset, split_dataset
     from automl.selection import make_folds
 
     dataset = load_dataset(exp.data)
     _check_kind(exp, dataset)
-    splits = split_indices(dataset.y, exp.data.test_size, exp.data.val_size, exp.data.seed,
-                           classes=dataset.classes)
+    splits = split_dataset(dataset, exp.data)  # MNIST-1D keeps the paper's own test split
     sel = exp.selection
     make_folds(dataset.y, splits.pool, sel.cv_folds, sel.cv_repeats, exp.data.seed,
                allow_fewer=sel.allow_fewer_folds, classes=dataset.classes)
@@ -474,17 +473,14 @@ def _row(t, metric: str) -> dict:
 
 
 def _check_kind(exp: Experiment, dataset) -> None:
-    """Spec choices that need images, checked against data whose kind only the file
-    tells (npz)."""
-    if dataset.kind == "image":
-        return
-    families = [f for f in exp.model.families() if f in IMAGE_FAMILIES]
-    if families:
-        raise DataError(f"holds tabular features but model.family '{families[0]}' needs images",
-                        where=dataset.name, fix="use model.family: mlp")
-    if not exp.data.augment.is_identity():
-        raise DataError("holds tabular features but data.augment needs images",
-                        where=dataset.name, fix="remove data.augment")
+    """Spec choices that need another kind of data (images, 1D signals), checked against
+    data whose kind only the file tells (an npz without ``data.kind``)."""
+    problem = kind_mismatch(dataset.kind, exp.model.families(), exp.data.augment,
+                            [(i, s.family) for i, s in exp.compression.students()])
+    if problem:
+        key, needs, fix = problem
+        raise DataError(f"holds {KIND_WORDS[dataset.kind]} but {key} {needs}",
+                        where=dataset.name, fix=fix)
 
 
 def print_leaderboard(console: Console, rows: list[dict], metric: str) -> None:

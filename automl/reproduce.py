@@ -128,7 +128,7 @@ def reproduce_run(run_dir: str | Path, console=None) -> Reproduction:
     """
     import torch
 
-    from automl.data import load_dataset, split_indices
+    from automl.data import load_dataset, split_dataset
     from automl.rundir import read_summary
     from automl.selection import fit_and_score
     from automl.spec import load_spec
@@ -147,8 +147,7 @@ def reproduce_run(run_dir: str | Path, console=None) -> Reproduction:
         raise DataError(f"the data changed since the run (sha256 {dataset.checksum[:12]} vs "
                         f"{str(record.get('data_sha256'))[:12]} recorded)", where=dataset.name,
                         fix="restore the data the run used")
-    splits = split_indices(dataset.y, exp.data.test_size, exp.data.val_size, exp.data.seed,
-                           classes=dataset.classes)
+    splits = split_dataset(dataset, exp.data)
     env = record.get("environment") or {}
     threads = int((env.get("threads") or {}).get("intra_op") or exp.resources.cpus_per_worker)
     on_gpu = str((env.get("device") or {}).get("type", "cpu")).startswith("cuda") \

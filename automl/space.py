@@ -67,7 +67,7 @@ class DefineByRun:
                 for k, p in dict(exp.training.sgd).items():
                     _suggest(trial, f"training.sgd.{k}", p, constants)
         if not exp.data.augment.is_identity():
-            for key in AUGMENT_IDENTITY:
+            for key in exp.data.augment.sampled_keys():  # the image or the signal parameters
                 _suggest(trial, f"data.augment.{key}", getattr(exp.data.augment, key), constants)
         return constants
 
@@ -83,8 +83,9 @@ class TrialConfig:
 
     ``arch`` is ``{"family": ..., <family params>}`` as ``automl.models.build_model``
     takes it; ``lr`` is the peak learning rate; ``epochs`` the trial's budget;
-    ``augment`` the training-batch augmentation (``rotation`` degrees, ``hflip``
-    probability, ``crop_scale`` smallest area fraction; empty = none).
+    ``augment`` the training-batch augmentation (images: ``rotation`` degrees, ``hflip``
+    probability, ``crop_scale`` smallest area fraction; 1D signals: ``shift`` time steps,
+    ``scale`` amplitude fraction, ``noise`` standard deviation; empty = none).
     """
 
     arch: dict[str, Any]
@@ -183,7 +184,7 @@ def describe(exp: Experiment) -> dict[str, Any]:
         else:
             size *= add(f"training.{key}", param)
     if not exp.data.augment.is_identity():
-        for key in AUGMENT_IDENTITY:
+        for key in exp.data.augment.sampled_keys():
             size *= add(f"data.augment.{key}", getattr(exp.data.augment, key))
     searched = sum(1 for p in params if "fixed" not in p["domain"])
     return {"parameters": params, "size": size if math.isfinite(size) else math.inf,

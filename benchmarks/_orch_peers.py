@@ -5,6 +5,7 @@ returns :func:`benchmarks._orch_tools.summarize` figures."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,10 @@ def run_ray_tune(exp, tmp: Path) -> dict:
     from automl.search import make_sampler
     from automl.space import define_by_run
 
+    # importing automl sets the project's Tune settings for this process (no auto logger
+    # callbacks, rare experiment snapshots); a docs-style user has Tune's defaults
+    for key in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "TUNE_GLOBAL_CHECKPOINT_S"):
+        os.environ.pop(key, None)
     ray.init(num_cpus=2, object_store_memory=200 * 2**20, dashboard_port=0)
     sch = exp.scheduler
     tuner = tune.Tuner(

@@ -83,7 +83,7 @@ def test_report_timing_from_trials_jsonl(tmp_path):
 #: the sections the suite runs in a fresh process; ``scaling`` (Ray Train worker groups,
 #: ~20 s each) and ``chaos`` (kills and resumes) run with ``make bench`` only: on 2 cores
 #: with one kept busy the whole ``--quick`` run took over 5 minutes
-SUITE = ("orchestration", "search_quality", "baselines", "compression")
+SUITE = ("orchestration", "search_quality", "baselines", "compression", "mnist1d")
 
 
 def test_quick_benchmarks_write_their_records(tmp_path):
@@ -129,6 +129,15 @@ def test_quick_benchmarks_write_their_records(tmp_path):
     comp = recs["compression"]["tables"][0]["rows"]  # the winner first, then the stages
     assert len(comp) >= 2 and comp[0][0] == "winner"
     assert comp[-1][5] < comp[0][5]  # file bytes: the last accepted stage is smaller
+
+    m1d = recs["mnist1d"]  # automl, plain Optuna, SVC, MLPClassifier, paper CNN, paper MLP
+    rows = m1d["tables"][0]["rows"]
+    assert len(rows) == 6 and rows[0][0].startswith("automl") and rows[4][0].startswith("paper CNN")
+    assert all(0.1 < r[1] <= 1.0 and r[4] > 0 for r in rows), rows  # test accuracy, total wall
+    shuffled = {r[0].split(" (")[0].split(",")[0]: r for r in m1d["tables"][1]["rows"]}
+    assert set(shuffled) == {"paper CNN", "paper MLP", "SVC"}  # automl's too in full mode
+    assert abs(shuffled["SVC"][1] - shuffled["SVC"][2]) <= 0.002  # RBF: permutation-invariant
+    assert m1d["data"]["optuna"]["epochs"] >= m1d["data"]["automl"]["mnist1d"]["search_epochs"]
 
 
 def test_missing_benchmark_package_is_reported_not_faked(tmp_path, monkeypatch):

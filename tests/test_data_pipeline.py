@@ -242,7 +242,7 @@ data:
     fixed = define_by_run(plain)(trial)  # nothing searched here: every value is fixed
     assert not any(k.startswith("data.") for k in fixed)
     assert TrialConfig.from_flat(fixed, plain).augment == {}
-    with pytest.raises(SpecError, match=r"data\.augment: image augmentation needs image data"):
+    with pytest.raises(SpecError, match=r"data\.augment\.hflip: image augmentation needs image data"):
         load_spec(write_spec(tmp_path, "data: {source: wine, augment: {hflip: 0.5}}\n"
                              "model: {family: mlp}\n", "bad.yaml"))
 

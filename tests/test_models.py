@@ -21,17 +21,22 @@ from automl.models import (
 )
 
 DIGITS = (1, 8, 8)
+SIGNAL = (1, 40)  # MNIST-1D: one channel, 40 time steps
 IMAGE_FAMILIES = ("resnet", "vgg", "vit")
+SIGNAL_FAMILIES = ("resnet1d", "tcn", "transformer1d")
+#: each family's natural input: images for the image families and the MLP, signals else
+INPUT = {f: SIGNAL if f in SIGNAL_FAMILIES else DIGITS for f in FAMILIES}
 
 
 def _weights(model: nn.Module) -> list[torch.Tensor]:
-    return [m.weight for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    return [m.weight for m in model.modules()
+            if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Linear))]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_family_builds_on_digits(family: str) -> None:
-    model = build_model({"family": family}, DIGITS, 10)
-    out = model(torch.randn(5, *DIGITS))
+def test_every_family_builds_on_its_input(family: str) -> None:
+    model = build_model({"family": family}, INPUT[family], 10)
+    out = model(torch.randn(5, *INPUT[family]))
     assert out.shape == (5, 10)
     assert torch.isfinite(out).all()
 
@@ -87,17 +92,17 @@ def test_orthogonal_init_gives_orthonormal_rows() -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_xavier_init_within_glorot_bound(family: str) -> None:
     torch.manual_seed(0)
-    default = build_model({"family": family}, DIGITS, 10)
+    default = build_model({"family": family}, INPUT[family], 10)
     torch.manual_seed(0)
-    model = build_model({"family": family}, DIGITS, 10, init="xavier")
+    model = build_model({"family": family}, INPUT[family], 10, init="xavier")
     for w, w0 in zip(_weights(model), _weights(default), strict=True):
         fan_in, fan_out = w.shape[1] * w[0, 0].numel(), w.shape[0] * w[0, 0].numel()
         assert w.abs().max() <= math.sqrt(6.0 / (fan_in + fan_out)) + 1e-6
         assert not torch.equal(w, w0)
     for m in model.modules():
-        if isinstance(m, (nn.BatchNorm2d, nn.LayerNorm)):
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm)):
             assert (m.weight == 1).all() and (m.bias == 0).all()
-        elif isinstance(m, (nn.Conv2d, nn.Linear)) and m.bias is not None:
+        elif isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Linear)) and m.bias is not None:
             assert (m.bias == 0).all()
 
 
@@ -113,9 +118,9 @@ def test_kaiming_init_std_uses_fan_out() -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_default_init_matches_same_seed_plain_build(family: str) -> None:
     torch.manual_seed(1)
-    model = build_model({"family": family}, DIGITS, 10, init="default")
+    model = build_model({"family": family}, INPUT[family], 10, init="default")
     torch.manual_seed(1)
-    plain = MODEL_CLASSES[family](DIGITS, 10)
+    plain = MODEL_CLASSES[family](INPUT[family], 10)
     for (name, p), (name0, p0) in zip(
         model.state_dict().items(), plain.state_dict().items(), strict=True
     ):
@@ -131,12 +136,12 @@ def test_vit_layers_do_not_start_identical() -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("key", ["width", "depth"])
 def test_bigger_means_more_parameters(family: str, key: str) -> None:
-    key = "dim" if family == "vit" and key == "width" else key
-    base = family_params(family)[key]
-    small = model_size_key({"family": family, key: base}, DIGITS, 10)
-    big = model_size_key({"family": family, key: base * 2}, DIGITS, 10)
+    key = "dim" if family in ("vit", "transformer1d") and key == "width" else key
+    base, shape = family_params(family)[key], INPUT[family]
+    small = model_size_key({"family": family, key: base}, shape, 10)
+    big = model_size_key({"family": family, key: base * 2}, shape, 10)
     assert big > small
-    assert big == count_parameters(build_model({"family": family, key: base * 2}, DIGITS, 10))
+    assert big == count_parameters(build_model({"family": family, key: base * 2}, shape, 10))
 
 
 def test_resnet_overfits_a_fixed_batch() -> None:
@@ -157,9 +162,10 @@ def test_resnet_overfits_a_fixed_batch() -> None:
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning", "ignore::DeprecationWarning")
 @pytest.mark.parametrize("family", FAMILIES)
 def test_deepcopy_trace_and_checkpoint_rebuild(family: str) -> None:
-    ckpt = {"arch": {"family": family, "depth": 1}, "input_shape": DIGITS, "num_classes": 10}
+    ckpt = {"arch": {"family": family, "depth": 1}, "input_shape": INPUT[family],
+            "num_classes": 10}
     model = build_model(**ckpt, init="xavier").eval()
-    x = torch.randn(3, *DIGITS)
+    x = torch.randn(3, *INPUT[family])
     expected = model(x)
     assert torch.allclose(copy.deepcopy(model)(x), expected)
     traced = torch.jit.trace(model, x)
@@ -183,5 +189,5 @@ def test_conv_families_adapt_to_tiny_inputs(shape: tuple[int, int, int]) -> None
 
 def test_inits_constant_is_complete() -> None:
     assert INITS == ("kaiming", "xavier", "orthogonal", "default")
-    assert FAMILIES == ("resnet", "vgg", "mlp", "vit")
+    assert FAMILIES == ("resnet", "vgg", "mlp", "vit", "resnet1d", "tcn", "transformer1d")
     assert set(MODEL_CLASSES) == set(FAMILIES)

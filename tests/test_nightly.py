@@ -405,4 +405,5 @@ def test_tabular_run_keeps_its_preprocessor_beside_the_model(nights):
     # the registered winner carries it too, checksummed like the weights
     (version,) = [v for v in nights["registry"].versions("nightly")
                   if v.lineage.get("sweep") == run_dir.name and v.lineage["kind"] == "winner"]
-    assert set(version.files) == {"model.pt", "preprocessor.skops"}
+    assert set(version.files) == {"model.pt", "preprocessor.skops", "model.ts", "model.onnx",
+                                  "MODEL_CARD.md"}

@@ -310,7 +310,7 @@ def compress_run(run_dir: str | Path, spec: str | Path | None = None,
             (not a finished run), or its data changed since the run (checksum).
         SpecError: a spec is invalid, or the chain lists no stage.
     """
-    from automl.data import load_dataset, split_indices
+    from automl.data import load_dataset, split_dataset
     from automl.rundir import read_summary
     from automl.spec import load_spec
 
@@ -335,8 +335,7 @@ def compress_run(run_dir: str | Path, spec: str | Path | None = None,
         raise DataError(f"the data changed since the run (sha256 {dataset.checksum[:12]} vs "
                         f"{recorded[:12]} recorded)", where=dataset.name,
                         fix="restore the data the run used")
-    splits = split_indices(dataset.y, exp.data.test_size, exp.data.val_size, exp.data.seed,
-                           classes=dataset.classes)
+    splits = split_dataset(dataset, exp.data)
     cv = ((summary.get("winner") or {}).get("cv") or {}).get("accuracy") or {}
     section = compress_winner(exp, dataset, splits, run_dir, cv_accuracy=cv.get("mean"),
                               console=console)

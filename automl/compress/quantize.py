@@ -91,8 +91,10 @@ def int8_layers(model: nn.Module) -> int:
 def linear_targets(model: nn.Module) -> list[str]:
     """Names of the ``nn.Linear`` layers torchao quantizes (exact type: the attention
     output projection, ``NonDynamicallyQuantizableLinear``, is read directly by
-    ``nn.MultiheadAttention`` and stays float)."""
-    return [n for n, m in model.named_modules() if type(m) is nn.Linear]
+    ``nn.MultiheadAttention`` and stays float). A layer with one input feature stays float
+    too: torchao 0.18's per-row weight scale fails on a ``(out, 1)`` weight (``shape
+    '[out, 1]' is invalid``), which structured pruning of a tiny model can leave."""
+    return [n for n, m in model.named_modules() if type(m) is nn.Linear and m.in_features > 1]
 
 
 def conv_targets(model: nn.Module) -> list[str]:
@@ -224,9 +226,10 @@ class QuantizeStage:
             qmodel = quantize_model(float_model, self.method, calib, self.backend)
         except Exception as err:  # FX symbolic tracing fails on data-dependent control flow
             if self.method == "static":
-                return StageOutput(skipped=f"not FX-traceable for the conv fallback "
-                                           f"({', '.join(layers.get(FALLBACK, []))}): "
-                                           f"{type(err).__name__}: {str(err)[:200]}")
+                return StageOutput(skipped=f"int8 conversion failed (conv fallback: "
+                                           f"{', '.join(layers.get(FALLBACK, [])) or 'none'}; "
+                                           f"torchao: {', '.join(layers.get(TORCHAO, [])) or 'none'}"
+                                           f"): {type(err).__name__}: {str(err)[:200]}")
             raise
         n_int8 = int8_layers(qmodel)
         if n_int8 == 0:

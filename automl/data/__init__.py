@@ -1,19 +1,22 @@
-"""Data: loading (bundled sets, CSV/Parquet, npz, image folders), cleaning, the fixed
-train/validation/test split, preprocessing fitted on training rows only, and
-training-batch image augmentation.
+"""Data: loading (bundled sets, MNIST-1D, CSV/Parquet, npz, image folders), cleaning, the
+fixed train/validation/test split, preprocessing fitted on training rows only, and
+training-batch augmentation of images and 1D signals.
 
 Public API: :class:`Dataset`, :func:`load_dataset`, :func:`data_path`, :func:`drop_duplicates`,
-:class:`Splits`, :func:`split_indices`, :func:`fit_transform`, :func:`fit_apply`,
+:class:`Splits`, :func:`split_indices`, :func:`split_dataset`, :func:`fit_transform`,
+:func:`fit_apply`, :class:`ChannelStandardizer`,
 :func:`fit_preprocessor`, :func:`apply_preprocessor`, :func:`save_preprocessor`,
 :func:`load_preprocessor`,
 :func:`make_augment` (imports torch when called).
 """
 
 from automl.data._augment import make_augment
-from automl.data._dataset import Dataset, drop_duplicates, load_dataset
+from automl.data._dataset import Dataset, drop_duplicates
 from automl.data._files import data_path
+from automl.data._load import load_dataset
 from automl.data._preprocess import (
     PREPROCESSOR_FILE,
+    ChannelStandardizer,
     apply_preprocessor,
     fit_apply,
     fit_preprocessor,
@@ -22,10 +25,11 @@ from automl.data._preprocess import (
     make_preprocessor,
     save_preprocessor,
 )
-from automl.data._split import Splits, split_indices
+from automl.data._split import Splits, split_dataset, split_indices
 
 __all__ = [
     "PREPROCESSOR_FILE",
+    "ChannelStandardizer",
     "Dataset",
     "Splits",
     "apply_preprocessor",
@@ -39,5 +43,6 @@ __all__ = [
     "make_augment",
     "make_preprocessor",
     "save_preprocessor",
+    "split_dataset",
     "split_indices",
 ]

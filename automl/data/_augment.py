@@ -1,31 +1,36 @@
-"""Training-batch image augmentation with kornia (differentiable, pure PyTorch;
-torchvision's transforms v2 cannot be installed beside this torch build).
+"""Training-batch augmentation: images with kornia (differentiable, pure PyTorch;
+torchvision's transforms v2 cannot be installed beside this torch build), 1D signals
+with :class:`automl.data._signal_augment.SignalAugment` (plain torch; kornia has no 1D
+transforms).
 
 Applied by :func:`automl.train.train_epoch` to training batches only; evaluation,
-validation folds and the test split always see the images as loaded.
+validation folds and the test split always see the inputs as loaded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from automl.spec import AUGMENT_IDENTITY
+from automl.spec import AUGMENT_IDENTITY, IMAGE_AUGMENTS, SIGNAL_AUGMENTS
 
 
-def make_augment(params: Mapping[str, float], image_shape: tuple[int, ...]):
-    """A module mapping a batch ``(B, C, H, W)`` to an augmented batch of the same shape,
-    or None when ``params`` change nothing.
+def make_augment(params: Mapping[str, float], input_shape: tuple[int, ...]):
+    """A module mapping a training batch to an augmented batch of the same shape, or None
+    when ``params`` change nothing.
 
     Args:
-        params: ``rotation`` (largest angle, degrees; each image turns by a uniform
-            angle in ``[-rotation, rotation]``), ``hflip`` (probability of a horizontal
-            flip), ``crop_scale`` (smallest area fraction a random resized crop keeps,
-            resized back to ``H x W``; 1.0 = none). Missing keys change nothing.
-        image_shape: ``(C, H, W)`` of one image.
+        params: for images ``(B, C, H, W)``: ``rotation`` (largest angle, degrees; each
+            image turns by a uniform angle in ``[-rotation, rotation]``), ``hflip``
+            (probability of a horizontal flip), ``crop_scale`` (smallest area fraction a
+            random resized crop keeps, resized back to ``H x W``; 1.0 = none). For 1D
+            signals ``(B, C, L)``: ``shift``, ``scale``, ``noise`` (see
+            :class:`~automl.data._signal_augment.SignalAugment`). Missing keys change nothing.
+        input_shape: one example's shape, ``(C, H, W)`` or ``(C, L)``.
 
     Raises:
-        ValueError: an unknown key, or ``image_shape`` is not ``(C, H, W)``.
-        ImportError: kornia is not installed (the message says how to install it).
+        ValueError: an unknown key, image and signal keys mixed, or an ``input_shape``
+            that does not fit the keys (images need ``(C, H, W)``, signals ``(C, L)``).
+        ImportError: image augmentation without kornia (the message says how to install it).
     """
     unknown = sorted(set(params) - set(AUGMENT_IDENTITY))
     if unknown:
@@ -33,8 +38,17 @@ def make_augment(params: Mapping[str, float], image_shape: tuple[int, ...]):
     active = {k: float(v) for k, v in params.items() if float(v) != AUGMENT_IDENTITY[k]}
     if not active:
         return None
-    if len(image_shape) != 3:
-        raise ValueError(f"augmentation needs images (C, H, W); got input shape {image_shape}")
+    if set(active) & set(SIGNAL_AUGMENTS):
+        if set(active) & set(IMAGE_AUGMENTS):
+            raise ValueError(f"augmentation mixes image and signal keys: {sorted(active)}")
+        if len(input_shape) != 2:
+            raise ValueError(f"signal augmentation needs 1D signals (C, L); got input shape "
+                             f"{input_shape}")
+        from automl.data._signal_augment import SignalAugment
+
+        return SignalAugment(**active)
+    if len(input_shape) != 3:
+        raise ValueError(f"augmentation needs images (C, H, W); got input shape {input_shape}")
     try:
         import kornia.augmentation as K
     except ImportError as e:
@@ -48,6 +62,6 @@ def make_augment(params: Mapping[str, float], image_shape: tuple[int, ...]):
     if "hflip" in active:
         ops.append(K.RandomHorizontalFlip(p=active["hflip"]))
     if "crop_scale" in active:
-        ops.append(K.RandomResizedCrop(size=tuple(image_shape[1:]),
+        ops.append(K.RandomResizedCrop(size=tuple(input_shape[1:]),
                                        scale=(active["crop_scale"], 1.0), p=1.0))
     return nn.Sequential(*ops)

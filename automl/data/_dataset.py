@@ -1,5 +1,5 @@
-"""The :class:`Dataset` record, the scikit-learn bundled sets, cleaning (exact
-duplicates) and :func:`load_dataset`, which dispatches on ``data.source``."""
+"""The :class:`Dataset` record and cleaning (exact duplicates); loading is
+:mod:`automl.data._load`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,6 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from automl.errors import DataError
-
-BUNDLED = ("digits", "breast_cancer", "wine", "iris")
-
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
@@ -20,16 +16,20 @@ class Dataset:
 
     Attributes:
         name: where it came from (``digits``, a file path, ...).
-        X: images only: float32 ``(N, C, H, W)`` scaled to [0, 1]; None for tabular data.
+        X: images: float32 ``(N, C, H, W)`` scaled to [0, 1]; 1D signals: float32
+            ``(N, C, L)`` as loaded (standardised later, per channel, on training rows
+            only); None for tabular data.
         y: int64 ``(N,)`` class indices in ``[0, num_classes)``.
         classes: class names, indexed by ``y``.
-        kind: ``"image"`` or ``"tabular"``.
+        kind: ``"image"``, ``"tabular"`` or ``"signal"``.
         frame: tabular only: the raw features, ``N`` rows, numeric (float) and
             categorical (object: str or NaN) columns, missing values kept; scaled,
             one-hot encoded and imputed later on training rows only
             (:func:`automl.data.fit_transform`). A tabular ``X`` ``(N, F)`` given
             instead becomes a numeric frame with columns ``x0..``.
         cleaning: rows dropped while loading: ``missing_target_rows``, ``duplicate_rows``.
+        test_mask: bool ``(N,)``, True for the rows of the source's own test split
+            (MNIST-1D's); None when the split is drawn (``automl.data.split_dataset``).
     """
 
     name: str
@@ -39,6 +39,7 @@ class Dataset:
     kind: str
     frame: pd.DataFrame | None = None
     cleaning: dict[str, int] = field(default_factory=dict)
+    test_mask: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.kind == "tabular" and self.frame is None:
@@ -49,6 +50,10 @@ class Dataset:
             object.__setattr__(self, "X", None)
         if self.kind == "image" and (self.X is None or self.X.ndim != 4):
             raise ValueError("image data needs X of shape (N, C, H, W)")
+        if self.kind == "signal" and (self.X is None or self.X.ndim != 3):
+            raise ValueError("signal data needs X of shape (N, C, L)")
+        if self.test_mask is not None and self.test_mask.shape != self.y.shape:
+            raise ValueError("test_mask needs one entry per row")
 
     @property
     def n_rows(self) -> int:
@@ -56,9 +61,10 @@ class Dataset:
 
     @property
     def input_shape(self) -> tuple[int, ...]:
-        """One example's shape: ``(C, H, W)``, or ``(raw feature columns,)`` for tabular
-        data (one-hot encoding widens it; models take the transformed width)."""
-        if self.kind == "image":
+        """One example's shape: ``(C, H, W)``, ``(C, L)`` for signals, or ``(raw feature
+        columns,)`` for tabular data (one-hot encoding widens it; models take the
+        transformed width)."""
+        if self.X is not None:
             return tuple(int(d) for d in self.X.shape[1:])
         return (int(self.frame.shape[1]),)
 
@@ -95,7 +101,8 @@ class Dataset:
         """The rows ``idx`` (in that order), with ``cleaning`` counts added."""
         frame = None if self.frame is None else self.frame.iloc[idx].reset_index(drop=True)
         X = None if self.X is None else self.X[idx]
-        return replace(self, X=X, y=self.y[idx], frame=frame,
+        mask = None if self.test_mask is None else self.test_mask[idx]
+        return replace(self, X=X, y=self.y[idx], frame=frame, test_mask=mask,
                        cleaning={**self.cleaning, **cleaning})
 
     def describe(self) -> dict:
@@ -134,45 +141,3 @@ def drop_duplicates(data: Dataset) -> Dataset:
         dup[first] = False
     keep = np.flatnonzero(~dup)
     return data.subset(keep, duplicate_rows=int(dup.sum()))
-
-
-def _bundled(name: str) -> Dataset:
-    from sklearn import datasets
-
-    loader = getattr(datasets, f"load_{name}")
-    bunch = loader()
-    y = bunch.target.astype(np.int64)
-    classes = tuple(str(c) for c in getattr(bunch, "target_names", np.unique(y)))
-    if name == "digits":
-        # 8x8 grayscale, pixel values 0..16 -> (N, 1, 8, 8) in [0, 1]
-        X = (bunch.images.astype(np.float32) / 16.0)[:, None, :, :]
-        return Dataset("digits", X, y, classes, "image")
-    frame = pd.DataFrame(bunch.data.astype(np.float64), columns=list(bunch.feature_names))
-    return Dataset(name, None, y, classes, "tabular", frame=frame)
-
-
-def load_dataset(spec) -> Dataset:
-    """Load, clean and describe the dataset a ``DataSpec`` names.
-
-    Sources: scikit-learn's bundled ``digits`` (1,797 images (1, 8, 8), 10 classes),
-    ``breast_cancer`` (569 x 30, 2 classes), ``wine`` (178 x 13, 3 classes),
-    ``iris`` (150 x 4, 3 classes), no download; or a ``csv``, ``parquet``, ``npz``
-    file or an ``image_folder`` at ``spec.path`` (see :mod:`automl.data._files`).
-    Rows with a missing target are dropped and counted; with ``spec.dedupe``
-    exact duplicate rows are too.
-
-    Raises:
-        DataError: unknown source, or a file that is missing or malformed (the
-            message names the file and the problem).
-    """
-    if spec.source in BUNDLED:
-        data = _bundled(spec.source)
-    elif spec.source in ("csv", "parquet", "npz", "image_folder"):
-        from automl.data._files import load_file
-
-        data = load_file(spec)
-    else:
-        raise DataError(f"unknown data source {spec.source!r}", where="data.source")
-    if getattr(spec, "dedupe", True):
-        data = drop_duplicates(data)
-    return data

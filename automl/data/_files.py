@@ -44,7 +44,7 @@ def load_file(spec) -> Dataset:
     if path.is_dir():
         raise DataError(f"is a folder, not a {spec.source} file", where=str(path))
     if spec.source == "npz":
-        return load_npz(path, spec.target or "y")
+        return load_npz(path, spec.target or "y", getattr(spec, "kind", None))
     return load_table(path, spec.target, spec.source)
 
 
@@ -130,17 +130,21 @@ def load_table(path: Path, target: str, fmt: str = "csv") -> Dataset:
 
 
 # --------------------------------------------------------------------------- npz
-def load_npz(path: Path, target: str = "y") -> Dataset:
+def load_npz(path: Path, target: str = "y", kind: str | None = None) -> Dataset:
     """Arrays ``X`` and ``target`` (default ``y``) from an ``.npz`` archive (no pickles).
 
-    ``X`` ``(N, F)`` is tabular; ``(N, H, W)`` or ``(N, C, H, W)`` are images, uint8
-    (scaled by 1/255) or floats already in [0, 1]. Optional ``classes`` names the
-    labels when ``y`` holds class indices; optional ``feature_names`` names columns.
-    Labels that are NaN are dropped and counted.
+    ``kind`` (``data.kind``) says how ``X`` is read. ``signal``: ``(N, L)`` (one channel)
+    or ``(N, C, L)`` are 1D signals, any finite numbers (standardised per channel later,
+    on training rows only). Without it (or ``tabular`` / ``image``) ``X`` ``(N, F)`` is
+    tabular; ``(N, H, W)`` or ``(N, C, H, W)`` are images, uint8 (scaled by 1/255) or
+    floats already in [0, 1]. Optional ``classes`` names the labels when ``y`` holds class
+    indices; optional ``feature_names`` names columns. Labels that are NaN are dropped and
+    counted.
 
     Raises:
         DataError: not an npz archive, pickled objects, missing array, row counts that
-            differ, a bad shape or image values outside [0, 1].
+            differ, a shape that does not fit ``kind``, image values outside [0, 1] or
+            signal values that are not finite.
     """
     where = str(path)
     if not zipfile.is_zipfile(path):
@@ -179,6 +183,21 @@ def load_npz(path: Path, target: str = "y") -> Dataset:
     cleaning = {"missing_target_rows": int((~keep).sum())}
     if X.dtype.kind not in "biuf":
         raise DataError(f"X must be numeric (got dtype {X.dtype})", where=where)
+    if kind == "signal":
+        if X.ndim not in (2, 3):
+            raise DataError(f"X must be (N, L) or (N, C, L) for data.kind: signal; got shape "
+                            f"{X.shape}", where=where)
+        signals = (X[:, None, :] if X.ndim == 2 else X).astype(np.float32)
+        if not np.isfinite(signals).all():
+            raise DataError(f"X holds {int((~np.isfinite(signals)).sum())} values that are not "
+                            "finite (NaN or inf)", where=where, fix="fill or drop them")
+        return Dataset(where, signals, y, classes, "signal", cleaning=cleaning)
+    if kind == "tabular" and X.ndim != 2:
+        raise DataError(f"X must be (N, F) for data.kind: tabular; got shape {X.shape}",
+                        where=where)
+    if kind == "image" and X.ndim not in (3, 4):
+        raise DataError(f"X must be (N, H, W) or (N, C, H, W) for data.kind: image; got "
+                        f"shape {X.shape}", where=where)
     if X.ndim == 2:
         names = arrays.get("feature_names")
         cols = ([str(c) for c in names] if names is not None
@@ -187,7 +206,7 @@ def load_npz(path: Path, target: str = "y") -> Dataset:
         return Dataset(where, None, y, classes, "tabular", frame=frame, cleaning=cleaning)
     if X.ndim not in (3, 4):
         raise DataError(f"X must be (N, F), (N, H, W) or (N, C, H, W); got shape {X.shape}",
-                        where=where)
+                        where=where, fix="for 1D signals (N, C, L) set data.kind: signal")
     images = X[:, None] if X.ndim == 3 else X
     if images.dtype == np.uint8:
         images = images.astype(np.float32) / 255.0
@@ -195,7 +214,9 @@ def load_npz(path: Path, target: str = "y") -> Dataset:
     if not np.isfinite(images).all() or images.min() < 0 or images.max() > 1:
         raise DataError(f"image values must be uint8 or floats in [0, 1] (got "
                         f"{np.nanmin(images):.3g}..{np.nanmax(images):.3g}, "
-                        f"{int((~np.isfinite(images)).sum())} not finite)", where=where)
+                        f"{int((~np.isfinite(images)).sum())} not finite)", where=where,
+                        fix="scale images to [0, 1], or set data.kind: signal if X holds "
+                            "1D signals (N, C, L)")
     return Dataset(where, images, y, classes, "image", cleaning=cleaning)
 
 

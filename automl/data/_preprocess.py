@@ -1,11 +1,13 @@
-"""Feature preprocessing fitted on training rows only (scikit-learn ``ColumnTransformer``).
+"""Feature preprocessing fitted on training rows only.
 
-Tabular data: numeric columns are imputed (``SimpleImputer``) then standardised
-(``StandardScaler``); categorical columns are imputed then one-hot encoded
-(``OneHotEncoder(handle_unknown="ignore")``: a category first seen in validation
-or test rows encodes as all zeros). Images are scaled to [0, 1] at load and pass
-through. The transformer is fitted on the indices it is given and nothing else, so
-a fold's validation rows and the test split never shape the statistics.
+Tabular data (scikit-learn ``ColumnTransformer``): numeric columns are imputed
+(``SimpleImputer``) then standardised (``StandardScaler``); categorical columns are imputed
+then one-hot encoded (``OneHotEncoder(handle_unknown="ignore")``: a category first seen in
+validation or test rows encodes as all zeros). 1D signals (:class:`ChannelStandardizer`):
+each channel is standardised with the mean and standard deviation of its values over the
+training rows and every time step. Images are scaled to [0, 1] at load and pass through.
+The preprocessor is fitted on the indices it is given and nothing else, so a fold's
+validation rows and the test split never shape the statistics.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import os
 from pathlib import Path
 
 import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.compose import ColumnTransformer
 from sklearn.impute import SimpleImputer
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler
+from sklearn.utils.validation import check_is_fitted
 
 from automl.data._dataset import Dataset
 from automl.errors import DataError
@@ -26,6 +30,42 @@ from automl.errors import DataError
 PREPROCESSOR_FILE = "preprocessor.skops"
 #: module prefixes of the only types :func:`load_preprocessor` lets skops rebuild
 TRUSTED_PREFIXES = ("sklearn.", "numpy.")
+#: and our own preprocessors, by their full name
+TRUSTED_TYPES = ("automl.data._preprocess.ChannelStandardizer",)
+
+
+class ChannelStandardizer(TransformerMixin, BaseEstimator):
+    """Per-channel standardisation of 1D signals ``(N, C, L)`` (a scikit-learn transformer).
+
+    ``fit`` stores ``mean_`` and ``scale_`` (float64 ``(C,)``: mean and standard deviation
+    of each channel over all rows and time steps given; a constant channel gets scale 1);
+    ``transform`` returns float32 ``(N, C, L)`` ``(X - mean_) / scale_``.
+
+    Raises:
+        ValueError: ``X`` is not 3-D, or has another channel count than at ``fit``.
+    """
+
+    def fit(self, X, y=None):
+        X = self._check(X)
+        self.mean_ = X.mean(axis=(0, 2))
+        scale = X.std(axis=(0, 2))
+        self.scale_ = np.where(scale > 0, scale, 1.0)
+        self.n_channels_ = X.shape[1]
+        return self
+
+    def transform(self, X):
+        check_is_fitted(self, "mean_")
+        X = self._check(X)
+        if X.shape[1] != self.n_channels_:
+            raise ValueError(f"X has {X.shape[1]} channels; fitted on {self.n_channels_}")
+        return ((X - self.mean_[:, None]) / self.scale_[:, None]).astype(np.float32)
+
+    @staticmethod
+    def _check(X) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 3:
+            raise ValueError(f"signals must be (N, C, L); got shape {X.shape}")
+        return X
 
 
 def make_preprocessor(data: Dataset, impute=None) -> ColumnTransformer:
@@ -48,10 +88,14 @@ def make_preprocessor(data: Dataset, impute=None) -> ColumnTransformer:
     )
 
 
-def fit_preprocessor(data: Dataset, fit_idx: np.ndarray, impute=None) -> ColumnTransformer | None:
-    """The preprocessor fitted on rows ``fit_idx`` only; None for images (nothing to fit)."""
+def fit_preprocessor(data: Dataset, fit_idx: np.ndarray,
+                     impute=None) -> ColumnTransformer | ChannelStandardizer | None:
+    """The preprocessor fitted on rows ``fit_idx`` only: a ``ColumnTransformer`` for tabular
+    data, a :class:`ChannelStandardizer` for 1D signals, None for images (nothing to fit)."""
     if data.kind == "image":
         return None
+    if data.kind == "signal":
+        return ChannelStandardizer().fit(data.X[fit_idx])
     return make_preprocessor(data, impute).fit(data.frame.iloc[fit_idx])
 
 
@@ -61,9 +105,9 @@ def fit_transform(
     """Fit preprocessing on ``fit_idx`` rows only and apply it to each index set.
 
     Returns:
-        ``[(X, y) for fit_idx, then for each of apply_idx]``; X float32 ``(n, C, H, W)``
-        or ``(n, F')`` where ``F'`` counts numeric columns plus one per category seen
-        in ``fit_idx``; y int64 ``(n,)``.
+        ``[(X, y) for fit_idx, then for each of apply_idx]``; X float32 ``(n, C, H, W)``,
+        ``(n, C, L)`` or ``(n, F')`` where ``F'`` counts numeric columns plus one per
+        category seen in ``fit_idx``; y int64 ``(n,)``.
     """
     return fit_apply(data, fit_idx, *apply_idx, impute=impute)[1]
 
@@ -83,6 +127,8 @@ def apply_preprocessor(pre: ColumnTransformer | None, data: Dataset,
     taken as they are); shapes as :func:`fit_transform` gives them."""
     if pre is None:
         return data.X[idx], data.y[idx]
+    if data.kind == "signal":
+        return pre.transform(data.X[idx]), data.y[idx]
     return pre.transform(data.frame.iloc[idx]).astype(np.float32), data.y[idx]
 
 
@@ -98,12 +144,13 @@ def save_preprocessor(pre: ColumnTransformer, path: str | Path) -> Path:
     return path
 
 
-def load_preprocessor(path: str | Path) -> ColumnTransformer:
-    """The fitted ``ColumnTransformer`` that :func:`save_preprocessor` wrote.
+def load_preprocessor(path: str | Path) -> ColumnTransformer | ChannelStandardizer:
+    """The fitted preprocessor that :func:`save_preprocessor` wrote.
 
-    Only scikit-learn and numpy types are rebuilt (``skops.io.load`` with those trusted);
-    ``pre.transform(frame)`` maps raw rows (a ``pandas.DataFrame`` with the training
-    columns) to the model's ``(n, F')`` float inputs.
+    Only scikit-learn and numpy types and :class:`ChannelStandardizer` are rebuilt
+    (``skops.io.load`` with those trusted). Tabular: ``pre.transform(frame)`` maps raw rows
+    (a ``pandas.DataFrame`` with the training columns) to the model's ``(n, F')`` float
+    inputs; signals: ``pre.transform(X)`` maps raw ``(n, C, L)`` signals to the model's.
 
     Raises:
         DataError: the file is missing, not a skops file, or holds another type (named).
@@ -113,13 +160,14 @@ def load_preprocessor(path: str | Path) -> ColumnTransformer:
     path = Path(path)
     if not path.is_file():
         raise DataError("no such file", where=str(path),
-                        fix="image data needs no preprocessor; tabular runs write "
+                        fix="image data needs no preprocessor; tabular and signal runs write "
                             f"best/{PREPROCESSOR_FILE}")
     try:
         untrusted = sio.get_untrusted_types(file=path)
     except Exception as e:  # zipfile.BadZipFile, json errors: not a skops file
         raise DataError(f"not a skops file ({type(e).__name__})", where=str(path)) from None
-    refused = [t for t in untrusted if not t.startswith(TRUSTED_PREFIXES)]
+    refused = [t for t in untrusted
+               if not t.startswith(TRUSTED_PREFIXES) and t not in TRUSTED_TYPES]
     if refused:
         raise DataError(f"holds type {refused[0]}, which is not scikit-learn or numpy; "
                         "refusing to load it", where=str(path),

@@ -56,3 +56,35 @@ def split_indices(
             fix="add rows of that class, drop it, or change data.test_size / data.val_size",
         ) from None
     return Splits(np.sort(train), np.sort(val), np.sort(test))
+
+
+def split_dataset(data, spec) -> Splits:
+    """The train/validation/test split of ``data`` (a :class:`Dataset`) that ``spec`` (a
+    ``DataSpec``) asks for.
+
+    When the source brings its own test split (``data.test_mask``, MNIST-1D's), those rows
+    are the test split and ``spec.test_size`` is not used; ``spec.val_size`` (a fraction of
+    all rows) of the others, stratified, become the validation rows. Otherwise
+    :func:`split_indices` draws all three.
+
+    Raises:
+        DataError: a class has too few rows to appear in every split (names the class).
+    """
+    if data.test_mask is None:
+        return split_indices(data.y, spec.test_size, spec.val_size, spec.seed,
+                             classes=data.classes)
+    test = np.flatnonzero(data.test_mask)
+    rest = np.flatnonzero(~data.test_mask)
+    n_val = int(round(spec.val_size * len(data.y)))
+    if not 0 < n_val < len(rest):
+        raise DataError(f"data.val_size {spec.val_size} asks for {n_val} validation rows of "
+                        f"the {len(rest)} outside the source's test split", where="data",
+                        fix="choose a data.val_size that leaves training rows")
+    try:
+        train, val = train_test_split(rest, test_size=n_val, stratify=data.y[rest],
+                                      random_state=spec.seed)
+    except ValueError as e:
+        raise DataError(f"cannot split the {len(rest)} rows outside the test split into "
+                        f"stratified train/validation rows ({e})", where="data",
+                        fix="change data.val_size") from None
+    return Splits(np.sort(train), np.sort(val), np.sort(test))

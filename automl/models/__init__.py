@@ -1,10 +1,11 @@
-"""Model zoo: ResNet, VGG, MLP and ViT built from a flat ``arch`` dict.
+"""Model zoo: ResNet, VGG, MLP and ViT for images (MLP also for tabular data), and
+ResNet1d, TCN and Transformer1d for 1D signals, built from a flat ``arch`` dict.
 
 ``arch`` looks like ``{"family": "resnet", "depth": 2, "width": 16}``; every key except
 ``family`` is optional and is passed to the family's class as a keyword argument, so a
 checkpoint ``{"arch": ..., "input_shape": ..., "num_classes": ...}`` rebuilds the model
-with :func:`build_model`. Images are ``(B, C, H, W)`` floats, tabular data ``(B, F)``;
-every model returns ``(B, num_classes)`` logits.
+with :func:`build_model`. Images are ``(B, C, H, W)`` floats, 1D signals ``(B, C, L)``,
+tabular data ``(B, F)``; every model returns ``(B, num_classes)`` logits.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from torch import nn
 from automl.models.init import INITS, init_weights
 from automl.models.mlp import MLP
 from automl.models.resnet import ResNet
+from automl.models.resnet1d import ResNet1d
+from automl.models.tcn import TCN
+from automl.models.transformer1d import Transformer1d
 from automl.models.vgg import VGG
 from automl.models.vit import ViT
 
@@ -27,8 +31,12 @@ __all__ = [
     "INITS",
     "MLP",
     "MODEL_CLASSES",
+    "SIGNAL_FAMILIES",
+    "TCN",
     "VGG",
     "ResNet",
+    "ResNet1d",
+    "Transformer1d",
     "ViT",
     "build_model",
     "count_parameters",
@@ -38,8 +46,13 @@ __all__ = [
     "model_size_key",
 ]
 
-FAMILIES: tuple[str, ...] = ("resnet", "vgg", "mlp", "vit")
-MODEL_CLASSES: dict[str, type[nn.Module]] = {"resnet": ResNet, "vgg": VGG, "mlp": MLP, "vit": ViT}
+FAMILIES: tuple[str, ...] = ("resnet", "vgg", "mlp", "vit", "resnet1d", "tcn", "transformer1d")
+#: families that take 1D signals ``(C, L)`` only (``mlp`` takes every kind of input)
+SIGNAL_FAMILIES: tuple[str, ...] = ("resnet1d", "tcn", "transformer1d")
+MODEL_CLASSES: dict[str, type[nn.Module]] = {
+    "resnet": ResNet, "vgg": VGG, "mlp": MLP, "vit": ViT,
+    "resnet1d": ResNet1d, "tcn": TCN, "transformer1d": Transformer1d,
+}
 
 
 def family_params(family: str) -> dict[str, Any]:
@@ -77,7 +90,8 @@ def build_model(
 
     Args:
         arch: ``{"family": <one of FAMILIES>, **params}``; see each class for params.
-        input_shape: one example's shape without batch dim: ``(C, H, W)`` or ``(F,)``.
+        input_shape: one example's shape without batch dim: ``(C, H, W)``, ``(C, L)``
+            or ``(F,)``.
         num_classes: number of output logits.
         init: one of ``INITS`` (see :mod:`automl.models.init`).
 

@@ -3,8 +3,8 @@
 Schemes (``INITS``), applied to a built model by :func:`init_weights`:
 
 - ``kaiming``: He et al. 2015, "Delving Deep into Rectifiers" (arXiv:1502.01852).
-  Conv2d: ``kaiming_normal_(mode="fan_out", nonlinearity="relu")`` as in torchvision's
-  ResNet; Linear and attention projections: ``kaiming_uniform_(mode="fan_in",
+  Conv1d/Conv2d: ``kaiming_normal_(mode="fan_out", nonlinearity="relu")`` as in
+  torchvision's ResNet; Linear and attention projections: ``kaiming_uniform_(mode="fan_in",
   nonlinearity="relu")``.
 - ``xavier``: Glorot & Bengio 2010, "Understanding the difficulty of training deep
   feedforward neural networks" (AISTATS). ``xavier_uniform_`` on every weight matrix.
@@ -47,8 +47,8 @@ def _conv_init(scheme: str) -> Callable[[Tensor], Any]:
 def init_weights(model: nn.Module, scheme: str) -> nn.Module:
     """Re-initialise ``model`` in place with ``scheme`` (one of ``INITS``) and return it.
 
-    Uses the global torch RNG (seed it for reproducibility). Covers ``nn.Conv2d``,
-    ``nn.Linear``, ``nn.MultiheadAttention`` in-projections and norm layers.
+    Uses the global torch RNG (seed it for reproducibility). Covers ``nn.Conv1d``,
+    ``nn.Conv2d``, ``nn.Linear``, ``nn.MultiheadAttention`` in-projections and norm layers.
     Raises ValueError for an unknown scheme, listing the valid ones.
     """
     if scheme not in INITS:
@@ -57,8 +57,8 @@ def init_weights(model: nn.Module, scheme: str) -> nn.Module:
         return model
     conv_init, linear_init = _conv_init(scheme), _linear_init(scheme)
     for module in model.modules():
-        if isinstance(module, (nn.Conv2d, nn.Linear)):
-            (conv_init if isinstance(module, nn.Conv2d) else linear_init)(module.weight)
+        if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Linear)):
+            (linear_init if isinstance(module, nn.Linear) else conv_init)(module.weight)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None:
@@ -104,13 +104,16 @@ def check_float(name: str, value: Any, low: float, high: float, high_open: bool 
     return result
 
 
-def check_shape(family: str, input_shape: Any, image: bool) -> tuple[int, ...]:
-    """Validate ``input_shape`` (no batch dim); image families need ``(C, H, W)``."""
+def check_shape(family: str, input_shape: Any, image: bool,
+                signal: bool = False) -> tuple[int, ...]:
+    """Validate ``input_shape`` (no batch dim); image families need ``(C, H, W)``, signal
+    families ``(C, L)``."""
     try:
         shape = tuple(check_int("input_shape entry", d, 1) for d in input_shape)
     except TypeError:
         raise ValueError(f"input_shape must be a tuple of ints; got {input_shape!r}") from None
-    if not shape or (image and len(shape) != 3):
-        need = "image input of shape (C, H, W)" if image else "a non-empty input shape"
+    if not shape or (image and len(shape) != 3) or (signal and len(shape) != 2):
+        need = ("image input of shape (C, H, W)" if image else
+                "1D signal input of shape (C, L)" if signal else "a non-empty input shape")
         raise ValueError(f"family {family!r} needs {need}; got {shape!r}")
     return shape

@@ -36,15 +36,21 @@ from automl.spec._domains import (
     AUGMENT_IDENTITY,
     BUNDLED_DATASETS,
     CV_METRICS,
+    DATA_KINDS,
     DOMAIN_TAGS,
     FAMILIES,
     FILE_SOURCES,
+    IMAGE_AUGMENTS,
     IMAGE_DATASETS,
     IMAGE_FAMILIES,
     INITS,
+    KIND_FAMILIES,
     OPTIMIZERS,
     REPORTED_METRICS,
     SAMPLERS,
+    SIGNAL_AUGMENTS,
+    SIGNAL_DATASETS,
+    SIGNAL_FAMILIES,
     CategoricalDomain,
     Domain,
     FloatDomain,
@@ -65,14 +71,17 @@ from automl.spec._sections import (
     ModelSpec,
     OutputSpec,
     RegistrySpec,
+    ResNet1dSpace,
     ResNetSpace,
     ResourcesSpec,
     SchedulerSpec,
     SearchSpec,
     SelectionSpec,
     SGDSpace,
+    TCNSpace,
     TrackingSpec,
     TrainingSpec,
+    Transformer1dSpace,
     VGGSpace,
     ViTSpace,
 )
@@ -80,14 +89,20 @@ from automl.spec._sections import (
 __all__ = [
     "FAMILIES",
     "IMAGE_FAMILIES",
+    "SIGNAL_FAMILIES",
+    "KIND_FAMILIES",
+    "DATA_KINDS",
     "INITS",
     "OPTIMIZERS",
     "SAMPLERS",
     "BUNDLED_DATASETS",
     "IMAGE_DATASETS",
+    "SIGNAL_DATASETS",
     "FILE_SOURCES",
     "CV_METRICS",
     "AUGMENT_IDENTITY",
+    "IMAGE_AUGMENTS",
+    "SIGNAL_AUGMENTS",
     "REPORTED_METRICS",
     "FloatDomain",
     "IntDomain",
@@ -105,6 +120,9 @@ __all__ = [
     "VGGSpace",
     "MLPSpace",
     "ViTSpace",
+    "ResNet1dSpace",
+    "TCNSpace",
+    "Transformer1dSpace",
     "ModelSpec",
     "SGDSpace",
     "GuardSpec",
@@ -117,6 +135,8 @@ __all__ = [
     "TrackingSpec",
     "RegistrySpec",
     "Experiment",
+    "KIND_WORDS",
+    "kind_mismatch",
     "load_spec",
 ]
 
@@ -143,24 +163,15 @@ class Experiment(_Strict):
         if self.nightly.uses_champion and not self.registry.enabled:
             raise ValueError("nightly.promote: the champion lives in the model registry; "
                              "set registry.enabled: true or remove nightly.promote/transfer")
-        if self.data.is_image is False and not self.data.augment.is_identity():
-            raise ValueError(
-                f"data.augment: image augmentation needs image data but data.source "
-                f"'{self.data.source}' is tabular; remove data.augment"
-            )
-        if self.data.is_image is False:
-            for fam in self.model.families():
-                if fam in IMAGE_FAMILIES:
-                    raise ValueError(
-                        f"model.family: '{fam}' needs image data but data.source "
-                        f"'{self.data.source}' is tabular; use family: mlp"
-                    )
-        for i, student in self.compression.students():
-            if self.data.is_image is False and student.family in IMAGE_FAMILIES:
-                raise ValueError(
-                    f"compression.stages.{i}.student.family: '{student.family}' needs image "
-                    f"data but data.source '{self.data.source}' is tabular; use family: mlp"
-                )
+        kind = self.data.data_kind
+        if kind is not None:  # an npz without data.kind is checked once it is loaded
+            problem = kind_mismatch(kind, self.model.families(), self.data.augment,
+                                    [(i, s.family) for i, s in self.compression.students()])
+            if problem:
+                key, needs, fix = problem
+                source = f"data.source '{self.data.source}'" + (
+                    f" (data.kind: {self.data.kind})" if self.data.kind else "")
+                raise ValueError(f"{key}: {needs} but {source} is {KIND_WORDS[kind]}; {fix}")
         max_epochs = self.max_epochs
         if self.scheduler.type == "asha" and self.scheduler.grace_period > max_epochs:
             raise ValueError(
@@ -199,6 +210,47 @@ class Experiment(_Strict):
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
+
+
+#: how messages name each kind of data
+KIND_WORDS = {"image": "image data", "tabular": "tabular data", "signal": "1D signal data"}
+
+
+def _either(names) -> str:
+    """``a, b or c``."""
+    names = list(names)
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
+
+def _family_kind(family: str) -> str:
+    return "image" if family in IMAGE_FAMILIES else "signal"
+
+
+def kind_mismatch(kind: str, families: list, augment: AugmentSpec,
+                  students: list[tuple[int, str]]) -> tuple[str, str, str] | None:
+    """The first spec choice that cannot train on data of ``kind`` (``image``, ``tabular``
+    or ``signal``), as ``(key path, what it needs, the fix)``; None when all fit.
+
+    Checked by spec validation when the kind is known from ``data.source`` / ``data.kind``,
+    and by the main job once an npz file has told it.
+    """
+    allowed = KIND_FAMILIES[kind]
+    use = "use family: " + _either(allowed)
+    for fam in families:
+        if fam not in allowed:
+            return "model.family", f"'{fam}' needs {KIND_WORDS[_family_kind(fam)]}", use
+    if augment.kind is not None and augment.kind != kind:
+        keys = augment.active(IMAGE_AUGMENTS if augment.kind == "image" else SIGNAL_AUGMENTS)
+        fits = {"image": IMAGE_AUGMENTS, "signal": SIGNAL_AUGMENTS}.get(kind)
+        fix = f"use {_either(fits)} instead" if fits else "remove data.augment"
+        what = "image" if augment.kind == "image" else "1D signal"
+        return (f"data.augment.{keys[0]}",
+                f"{what} augmentation needs {KIND_WORDS[augment.kind]}", fix)
+    for i, fam in students:
+        if fam not in allowed:
+            return (f"compression.stages.{i}.student.family",
+                    f"'{fam}' needs {KIND_WORDS[_family_kind(fam)]}", use)
+    return None
 
 
 # --------------------------------------------------------------------------- loading

@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 STAGE_NAMES = ("distill", "prune", "quantize")
-STUDENT_FAMILIES = ("resnet", "vgg", "mlp", "vit")
+STUDENT_FAMILIES = ("resnet", "vgg", "mlp", "vit", "resnet1d", "tcn", "transformer1d")
 
 
 class _Strict(BaseModel):
@@ -45,7 +45,7 @@ class StudentSpec(_Strict):
     ``family`` and any of that family's parameters (the keys of ``model.<family>``);
     parameters left out take the model class's defaults."""
 
-    family: Literal["resnet", "vgg", "mlp", "vit"]
+    family: Literal["resnet", "vgg", "mlp", "vit", "resnet1d", "tcn", "transformer1d"]
     depth: int | None = Field(None, ge=1)
     width: int | None = Field(None, ge=1)
     stages: int | None = Field(None, ge=1)
@@ -55,6 +55,8 @@ class StudentSpec(_Strict):
     heads: int | None = Field(None, ge=1)
     mlp_ratio: float | None = Field(None, gt=0)
     dropout: float | None = Field(None, ge=0, lt=1)
+    kernel: int | None = Field(None, ge=1)
+    dilation: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _family_keys(self) -> StudentSpec:
