@@ -22,6 +22,23 @@ from rich.console import Console
 from automl.errors import EXIT_INTERRUPTED, AutoMLError, SpecError
 from automl.registry import DEFAULT_REGISTRY
 
+def _no_type_for_flags() -> None:
+    """typer 0.29 labels every on/off flag ``<bool>`` in ``--help``, as if it took a value;
+    a flag takes none, so its type column is left empty (options keep theirs)."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "_automl", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich._automl = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_no_type_for_flags()
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,

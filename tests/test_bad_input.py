@@ -146,3 +146,11 @@ def test_unwritable_output_fails_before_anything_starts(tmp_path, monkeypatch):
     assert result.exit_code == 3 and len(lines) == 1, result.output
     assert "cannot write to the output folder" in lines[0] and "--output" in lines[0]
     assert not ray.is_initialized()
+
+
+def test_help_shows_no_type_beside_flags():
+    """``--resume`` takes no value: ``--help`` shows no ``<bool>`` beside it (typer 0.29
+    labels flags so), while options that take a value keep their type."""
+    out = CliRunner().invoke(app, ["search", "--help"], env={"COLUMNS": "120"}).output
+    assert "--resume" in out and "<bool>" not in out
+    assert "<int range>" in out  # --num-samples still says what it takes

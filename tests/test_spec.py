@@ -55,6 +55,8 @@ def test_yes_no_stay_strings_and_are_rejected_as_families(tmp_path):
 
 
 BAD = {
+    "empty file": ("", r"the spec is empty \(write at least name: and data:"),
+    "only a comment": ("# todo\n", r"the spec is empty"),
     "unknown key": ("trainin:\n  lr: 1e-3\n", r"trainin: unknown key 'trainin'; did you mean 'training'"),
     "unknown nested": ("training:\n  sgd: {momentm: 0.9}\n",
                        r"training\.sgd\.momentm: unknown key.*did you mean 'momentum'"),

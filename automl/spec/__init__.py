@@ -263,13 +263,15 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Expe
             (``{"search.num_samples": 4}``), as the CLI's flags do.
 
     Raises:
-        SpecError: the file is missing or unreadable, is not YAML, or fails
+        SpecError: the file is missing or unreadable, empty, is not YAML, or fails
             validation; the message names the file and the key path.
     """
     path = Path(path)
     data = load_yaml(path)
-    if data is None:
-        data = {}
+    if data is None or data == {}:  # an empty file would silently run a default experiment
+        raise SpecError("the spec is empty", where=str(path),
+                        fix="write at least name: and data: sections; "
+                            "search_spaces/resnet.yaml is a full example")
     if not isinstance(data, dict):
         raise SpecError(
             f"the top level must be a mapping of sections, got {type(data).__name__}",
