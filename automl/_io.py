@@ -67,3 +67,14 @@ def append_jsonl(path: str | Path, obj: Any) -> None:
             if f.read(1) != b"\n":
                 f.write(b"\n")
         f.write(line.encode("utf-8"))
+
+
+def shown(path: str | Path) -> str:
+    """``path`` as printed to the user: relative to the working directory when it lies
+    inside it (``runs/resnet-digits/wandb``), else as it is; files keep their absolute
+    paths in the run's records."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(p)

@@ -1,5 +1,5 @@
 """Command line: ``automl search``, ``automl validate``, ``automl report``,
-``automl compress``, ``automl reproduce``, ``automl registry list|show|promote``, and
+``automl dashboard``, ``automl compress``, ``automl reproduce``, ``automl registry list|show|promote``, and
 ``automl submit|status|stop`` for sweeps run as Ray jobs (``automl._cli_jobs``).
 
 Every error this package raises on purpose becomes one line on stderr and a
@@ -19,8 +19,10 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from automl._io import shown
 from automl.errors import EXIT_INTERRUPTED, AutoMLError, SpecError
 from automl.registry import DEFAULT_REGISTRY
+
 
 def _no_type_for_flags() -> None:
     """typer 0.29 labels every on/off flag ``<bool>`` in ``--help``, as if it took a value;
@@ -299,7 +301,41 @@ def report(run_dir: Path = typer.Argument(..., help="run directory of a finished
         result = build_report(run_dir, out)
     for name, why in result.skipped.items():
         console.print(f"  {name}: not drawn ({why})", highlight=False)
-    console.print(f"report {result.index} ({len(result.figures)} figures)", highlight=False)
+    console.print(f"report {shown(result.index)} ({len(result.figures)} figures)",
+                  highlight=False)
+
+
+@app.command()
+def dashboard(
+    run_dir: Path = typer.Argument(..., help="run directory (its study.db), running or finished"),
+    host: str = typer.Option("127.0.0.1", help="interface to listen on; anything but loopback "
+                             "exposes the study to the network"),
+    port: int = typer.Option(8080, help="port (0: any free port)"),
+) -> None:
+    """Serve RUN_DIR's Optuna study in optuna-dashboard, live while the sweep runs.
+
+    Prints its URL and the Ray dashboard's; Ctrl-C stops it (exit 0)."""
+    from automl.cluster import is_loopback
+
+    with _cli_errors():
+        from automl.dashboard import ray_dashboard_url, start
+
+        board = start(run_dir, host, port)
+    if not is_loopback(host):
+        err_console.print(f"warning: the study is served on {host}, reachable from the "
+                          "network", style="yellow", highlight=False)
+    console.print(f"optuna-dashboard {board.url}", highlight=False)
+    ray_url = ray_dashboard_url(run_dir)
+    console.print(f"ray dashboard    {ray_url}" if ray_url else
+                  "ray dashboard    none (the run's Ray instance has stopped, or it joined "
+                  "a cluster: see that cluster's dashboard)", highlight=False)
+    try:
+        while board.thread.is_alive():
+            board.thread.join(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        board.stop()
 
 
 @app.command()

@@ -6,7 +6,12 @@ A sink of the sweep's ledger publishes from the driver, through ``ray.util.metri
   ``stopped_early`` (by ASHA) and ``failed``;
 * ``automl_best_metric{sweep, metric}``: the best value of the search metric so far;
 * ``automl_epochs_per_second{sweep}``: epochs reported by all trials / seconds since the
-  sweep (this session) started.
+  sweep (this session) started;
+* ``automl_stage_done{sweep, stage}``, ``automl_stage_total{sweep, stage}``,
+  ``automl_stage_eta_seconds{sweep, stage}``: the job's progress per stage (``sweep``:
+  trials; ``cv``: fold trainings; ``refit``; ``compress``: its steps), the ETA in seconds.
+  Compression runs after the job's Ray instance is released, so only the stages before
+  it show there.
 
 Ray exports them (prefixed ``ray_``) in Prometheus text format on each node's metrics
 port (``RayHandle.metrics_url``) every ``RAY_metrics_report_interval_ms`` (at least 1 s).
@@ -49,6 +54,10 @@ class SweepMetrics:
                            description="Best value of the search metric so far.")
         self._eps = Gauge("automl_epochs_per_second", tag_keys=("sweep",),
                           description="Epochs reported by all trials per second of sweep.")
+        self._stage = {fig: Gauge(f"automl_stage_{fig}", tag_keys=("sweep", "stage"),
+                                  description=f"The job's progress per stage: {fig}.")
+                       for fig in ("done", "total", "eta_seconds")}
+        self.stages: dict[str, tuple[int, int, float | None]] = {}
 
     def counts(self) -> dict[str, int]:
         """Trials per state of the last view (``running``, ``completed``, ``stopped_early``,
@@ -72,14 +81,33 @@ class SweepMetrics:
                 self._best.set(self.view.best, tags={"sweep": self.sweep,
                                                      "metric": self.view.metric})
             self._eps.set(self.epochs_per_second(), tags={"sweep": self.sweep})
+            if self.view is not None:
+                v = self.view
+                self.stages["sweep"] = (v.done, v.total, v.eta_s)
+            for stage, (done, total, eta) in self.stages.items():
+                tags = {"sweep": self.sweep, "stage": stage}
+                self._stage["done"].set(done, tags=tags)
+                self._stage["total"].set(total, tags=tags)
+                if eta is not None:
+                    self._stage["eta_seconds"].set(eta, tags=tags)
 
-    def _refresh(self) -> None:
-        """Re-publish until closed, or until the Ray instance it started under is gone
+    def publish_stage(self, stage: str, done: int, total: int, eta_s: float | None) -> None:
+        """One stage's progress after the sweep (``automl._progress.StageProgress``'s
+        hook); re-published with the rest until Ray stops."""
+        with self._lock:
+            self.stages[stage] = (done, total, eta_s)
+        if self._stop.is_set():  # the sweep's sink closed: re-publish on a new thread
+            self._stop = threading.Event()
+            self._thread = None
+        self._update(self.view)
+
+    def _refresh(self, stop: threading.Event) -> None:
+        """Re-publish until ``stop`` is set (closed), or until the Ray instance it started under is gone
         (a later ``ray.init`` in this process is another node: stale values stay out)."""
         import ray
 
         node = ray.get_runtime_context().get_node_id()
-        while not self._stop.wait(self.refresh_s):
+        while not stop.wait(self.refresh_s):
             try:
                 if not ray.is_initialized() or ray.get_runtime_context().get_node_id() != node:
                     return
@@ -87,11 +115,11 @@ class SweepMetrics:
             except Exception:  # Ray shutting down under us: stop refreshing
                 return
 
-    def _update(self, sweep: SweepView) -> None:
+    def _update(self, sweep: SweepView | None) -> None:
         self.view = sweep
         if self._thread is None and self.refresh_s > 0:
-            self._thread = threading.Thread(target=self._refresh, daemon=True,
-                                            name=f"automl-metrics-{self.sweep}")
+            self._thread = threading.Thread(target=self._refresh, args=(self._stop,),
+                                            daemon=True, name=f"automl-metrics-{self.sweep}")
             self._thread.start()
         self.publish()
 
@@ -128,7 +156,8 @@ def scrape(url: str, timeout: float = 5.0) -> dict[tuple[str, frozenset], float]
 
 def sweep_metrics(samples: dict[tuple[str, frozenset], float], sweep: str) -> dict[str, float]:
     """This package's metrics for ``sweep`` from :func:`scrape`'s result: the trial counts
-    by state, ``best_metric`` and ``epochs_per_second`` (keys absent until exported)."""
+    by state, ``best_metric``, ``epochs_per_second`` and per stage ``done:<stage>``,
+    ``total:<stage>``, ``eta_seconds:<stage>`` (keys absent until exported)."""
     out: dict[str, float] = {}
     for (name, labels), value in samples.items():
         tags = dict(labels)
@@ -140,4 +169,6 @@ def sweep_metrics(samples: dict[tuple[str, frozenset], float], sweep: str) -> di
             out["best_metric"] = value
         elif name == "ray_automl_epochs_per_second":
             out["epochs_per_second"] = value
+        elif name.startswith("ray_automl_stage_") and "stage" in tags:
+            out[f"{name.removeprefix('ray_automl_stage_')}:{tags['stage']}"] = value
     return out

@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from automl._io import write_json, write_text
+from automl._progress import StageProgress
+from automl.budget import JobBudget, candidate_of
 from automl.errors import DataError, ResourceError, RunError, SpecError
 from automl.search._result import SearchResult
 from automl.selection._cv import CVResult
@@ -269,6 +271,8 @@ def run_main_job(
     if resume:
         check_same_data(run_dir, data_info)
     stages = Stages(run_dir, resume, console)
+    console.print("ray    connecting to the cluster..." if address else
+                  "ray    starting a local instance...", highlight=False)
     handle = cluster.connect(address, exp.resources.num_cpus, exp.resources.object_store_mb,
                              dashboard_host=dashboard_host, dashboard_port=dashboard_port,
                              metrics_export_port=metrics_port)
@@ -290,8 +294,12 @@ def run_main_job(
 
         target = wandb_target(exp, run_dir, note)
         sinks = sweep_sinks(exp, run_dir, target, note)
+        budget = JobBudget(exp, len(splits.train), len(splits.pool), admission.max_concurrent,
+                           t0, clock=time.perf_counter)
+        publish = _stage_publisher(sinks)
         result = stages.run("search", lambda: _search(exp, prepared, run_dir, admission,
-                                                      console, sinks, init_weights, resume),
+                                                      console, sinks, init_weights, resume,
+                                                      budget),
                             load=SearchResult.from_dict)
         # a W&B server lost mid-sweep moved its sink offline: the winner logs there too
         target = next((s.sink.target for s in sinks if isinstance(getattr(s, "sink", None),
@@ -304,9 +312,19 @@ def run_main_job(
             raise RunError(f"no trial finished ({result.counts()}); see {run_dir}/trials.json",
                            where=str(run_dir))
         print_leaderboard(console, leaderboard, result.metric)
-        cv = stages.run("cv", lambda: _cross_validate(exp, dataset, splits, top, run_dir,
-                                                      console), load=CVResult.from_dict)
-        refit = stages.run("refit", lambda: _refit(exp, dataset, splits, cv, result, run_dir))
+        cands = [candidate_of(t.history, t.target_epochs, len(splits.train)) for t in top]
+        cands = [c for c in cands if c is not None]
+        top_k, folds = budget.fit_cv(cands)
+        for line in budget.notes:
+            console.print(line, highlight=False)
+        cv_exp = exp.model_copy(update={"selection": exp.selection.model_copy(
+            update={"top_k": top_k, "cv_folds": folds})})
+        cv = stages.run("cv", lambda: _cross_validate(
+            cv_exp, dataset, splits, top[:top_k], run_dir, console, publish,
+            eta_s=budget.cv_s(cands, folds, top_k) if cands else None), load=CVResult.from_dict)
+        held: dict = {}  # the compression teacher trained beside the refit (not saved)
+        refit = stages.run("refit", lambda: _refit(exp, dataset, splits, cv, result, run_dir,
+                                                   console, publish, budget, held))
     finally:
         cluster.shutdown(handle)
         if handle.started:
@@ -314,14 +332,26 @@ def run_main_job(
     winner = cv.winner_candidate
     from automl.compress.job import compress_step  # the spec's chain, on the winner
 
+    won = next((t for t in result.trials if t.trial_id == winner.trial_id), None)
+    wc = candidate_of(won.history, won.target_epochs, len(splits.train)) if won else None
+    comp_exp = exp
+    if wc is not None:
+        notes = len(budget.notes)
+        comp_exp = exp.model_copy(update={"compression": budget.fit_compression(wc)})
+        for line in budget.notes[notes:]:
+            console.print(line, highlight=False)
     stages.run("compression", lambda: compress_step(
-        exp, dataset, splits, run_dir, console=console,
+        comp_exp, dataset, splits, run_dir, console=console, publish=publish,
+        eta_s=budget.compression_s(wc, comp_exp.compression) if wc else None,
+        teacher_fit=held.get("teacher"),
         cv_accuracy=(winner.summary.get("accuracy") or {}).get("mean")) or {})
-    from automl.publish import publish
+    from automl.publish import publish as publish_run
 
     summary = compose_summary(exp, run_dir, data_info)
-    stages.run("publish", lambda: publish(exp, run_dir, summary, target, console))
-    summary = compose_summary(exp, run_dir, data_info, wall_time_s=time.perf_counter() - t0)
+    stages.run("publish", lambda: publish_run(exp, run_dir, summary, target, console))
+    wall = time.perf_counter() - t0
+    summary = compose_summary(exp, run_dir, data_info, wall_time_s=wall,
+                              budget=budget.record(wall))
     s = winner.summary[cv.metric]
     test = refit["test"]
     console.print(
@@ -337,9 +367,22 @@ def run_main_job(
     return summary
 
 
+def _stage_publisher(sinks):
+    """``(stage, done, total, eta_s)`` to the sweep's Prometheus gauges, when the sweep
+    publishes them (a :class:`automl.monitoring.SweepMetrics` among ``sinks``)."""
+    from automl.monitoring import SweepMetrics
+
+    for s in sinks:
+        m = getattr(s, "sink", s)
+        if isinstance(m, SweepMetrics):
+            return m.publish_stage
+    return None
+
+
 def _search(exp, prepared: Prepared, run_dir: Path, admission, console, sinks,
-            init_weights, resume: bool) -> SearchResult:
-    """The search stage (:func:`automl.search.run_search`), its events going to ``sinks``."""
+            init_weights, resume: bool, budget: JobBudget | None = None) -> SearchResult:
+    """The search stage (:func:`automl.search.run_search`), its events going to ``sinks``;
+    with a job budget (``budget_s``) it ends when the later stages' estimate says so."""
     from automl.search import run_search
     from automl.search._trainable import TrialData
 
@@ -349,10 +392,28 @@ def _search(exp, prepared: Prepared, run_dir: Path, admission, console, sinks,
     console.print(f"search {exp.search.num_samples} trials, sampler {exp.search.sampler}, "
                   f"scheduler {exp.scheduler.type}, {admission.max_concurrent} at a time, "
                   f"run dir {run_dir}")
-    return run_search(exp, data, run_dir, admission, console, sinks=sinks, resume=resume)
+    stop_if = None
+    if budget is not None and exp.budget_s is not None:
+        rows, k, sign = len(prepared.splits.train), exp.selection.top_k, exp.search.mode
+
+        def stop_if(ledger) -> bool:
+            scored = [t for t in ledger.trials.values() if t.rows and exp.search.metric in
+                      t.rows[-1]]
+            scored.sort(key=lambda t: t.rows[-1][exp.search.metric], reverse=sign == "max")
+            cands = [candidate_of(t.rows, t.target, rows) for t in scored[:k]]
+            return budget.search_over([c for c in cands if c is not None])
+    result = run_search(exp, data, run_dir, admission, console, sinks=sinks, resume=resume,
+                        stop_if=stop_if)
+    if budget is not None and budget.search_stopped_at_s is not None:
+        parts = ", ".join(f"{k} {v:.0f}" for k, v in budget.estimates.items())
+        console.print(f"budget search ended at {budget.search_stopped_at_s:.0f} s of budget_s "
+                      f"{exp.budget_s:.0f}: the later stages are estimated at "
+                      f"{sum(budget.estimates.values()):.0f} s ({parts})", highlight=False)
+    return result
 
 
-def _cross_validate(exp: Experiment, dataset, splits, top, run_dir: Path, console):
+def _cross_validate(exp: Experiment, dataset, splits, top, run_dir: Path, console,
+                    publish=None, eta_s: float | None = None):
     """The CV stage: the top trials re-scored by k-fold CV (``cv.json``); each fold
     training is logged to ``cv_folds.jsonl`` as it finishes."""
     from automl.selection import cross_validate, print_cv_table
@@ -362,15 +423,17 @@ def _cross_validate(exp: Experiment, dataset, splits, top, run_dir: Path, consol
                   f"repeat(s) on {len(splits.pool)} training rows"
                   + (", fold halving" if sel.fold_halving else ""), highlight=False)
     cv = cross_validate(exp, dataset, splits.pool, top, console=console,
-                        folds_log=run_dir / "cv_folds.jsonl")
+                        folds_log=run_dir / "cv_folds.jsonl", publish=publish, eta_s=eta_s)
     write_json(run_dir / "cv.json", cv.to_dict())
     print_cv_table(console, cv)
     return cv
 
 
-def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path) -> dict:
+def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path, console=None,
+           publish=None, budget: JobBudget | None = None, held: dict | None = None) -> dict:
     """The refit stage: the CV winner retrained on train + validation rows and scored once
-    on the test split. Writes ``best/model.pt`` (with tabular data also
+    on the test split (with compression on, the chain's teacher trains beside it, into
+    ``held["teacher"]``). Writes ``best/model.pt`` (with tabular data also
     ``best/preprocessor.skops``), ``confusion_matrix.json`` and ``reproducibility.json``;
     returns the ``winner``, ``test`` and ``confusion_matrix`` sections of the summary."""
     import torch
@@ -379,7 +442,17 @@ def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path) -> dict:
     from automl.selection import refit_and_test
 
     winner = cv.winner_candidate
-    final = refit_and_test(exp, dataset, splits, winner.config)
+    won = next((t for t in result.trials if t.trial_id == winner.trial_id), None)
+    wc = candidate_of(won.history, won.target_epochs, len(splits.train)) if won else None
+    with StageProgress(console or Console(quiet=True), "refit", 1,
+                       eta_s=budget.refit_s(wc) if budget and wc else None,
+                       publish=publish) as bar:
+        teach = exp.compression.enabled and bool(exp.compression.stages) and held is not None
+        final = refit_and_test(exp, dataset, splits, winner.config, teacher=teach)
+        if teach:
+            held["teacher"] = final["teacher"]
+        bar.step(f"trial {winner.trial_id} on {len(splits.pool)} rows, "
+                 f"test accuracy {final['test']['accuracy']:.4f}")
     dst = run_dir / "best" / "model.pt"
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".model.pt.{os.getpid()}")
@@ -437,7 +510,7 @@ SECTIONS = {
 
 
 def compose_summary(exp: Experiment, run_dir: Path, data_info: dict,
-                    wall_time_s: float | None = None) -> dict:
+                    wall_time_s: float | None = None, budget: dict | None = None) -> dict:
     """``summary.json`` from the stages' saved results (``stages/<name>.json``), in stage
     order, each through :data:`SECTIONS`, plus the run's identity and the stages' wall
     times; written atomically and returned."""
@@ -456,6 +529,9 @@ def compose_summary(exp: Experiment, run_dir: Path, data_info: dict,
     prior = (read_json(run_dir / "summary.json") or {}).get("wall_time_s")
     summary["wall_time_s"] = round(wall_time_s if wall_time_s is not None
                                    else prior or sum(walls.values()), 2)
+    prior_budget = (read_json(run_dir / "summary.json") or {}).get("budget")
+    if budget is not None or prior_budget:
+        summary["budget"] = budget if budget is not None else prior_budget
     write_json(run_dir / "summary.json", summary)
     return summary
 

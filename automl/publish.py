@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
-from automl._io import write_json
+from automl._io import shown, write_json
 from automl.registry import (
     CHECKPOINT,
     DEFAULT_REGISTRY,
@@ -323,7 +323,7 @@ def register_recompressed(run_dir: Path, console: Console) -> list[ModelVersion]
     summary["registry"] = section
     write_json(run_dir / "summary.json", summary)
     if versions:
-        console.print(f"registry {', '.join(v.ref for v in versions)} in {reg.root}  "
+        console.print(f"registry {', '.join(v.ref for v in versions)} in {shown(reg.root)}  "
                       f"(parent {section['winner']}; automl registry show "
                       f"{versions[0].ref}{_dir_flag(reg.root)})", highlight=False)
     return versions
@@ -341,7 +341,7 @@ def publish(exp: Experiment, run_dir: Path, summary: dict, target: WandbTarget |
         versions = register_run(reg, exp, run_dir, summary, target)
         out["registry"] = {"dir": str(reg.root), "winner": versions[0].ref,
                            "versions": [v.ref for v in versions]}
-        console.print(f"registry {', '.join(v.ref for v in versions)} in {reg.root}  "
+        console.print(f"registry {', '.join(v.ref for v in versions)} in {shown(reg.root)}  "
                       f"(automl registry show {versions[0].ref}{_dir_flag(reg.root)})",
                       highlight=False)
     tracking: dict[str, Any] = {"backend": exp.tracking.backend,
@@ -359,8 +359,8 @@ def publish(exp: Experiment, run_dir: Path, summary: dict, target: WandbTarget |
                           style="yellow", highlight=False)
         if target.mode == "offline":
             tracking["sync"] = target.sync_command()
-            console.print(f"wandb  offline runs in {tracking['dir']}; upload later with "
-                          f"`{target.sync_command()}`", highlight=False)
+            console.print(f"wandb  offline runs in {shown(tracking['dir'])}; upload later "
+                          f"with `wandb sync {shown(tracking['dir'])}`", highlight=False)
         else:
             console.print(f"wandb  online, project {target.project}, group {target.group}",
                           highlight=False)

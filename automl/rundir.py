@@ -66,7 +66,8 @@ def winner(summary: dict) -> dict[str, Any]:
 
 def cv_table(summary: dict) -> dict[str, Any] | None:
     """The cross-validation section as ``{"metric", "winner", "candidates": [{"trial_id",
-    "scores" (one per fold, in fold order), "mean", "std", "status", "n_params"}]}``, or
+    "scores" (one per fold, in fold order), "mean", "std", "ci95" ([low, high] or None),
+    "status", "n_params"}]}``, or
     None when the run has no (usable) ``cv`` section.
 
     Reads ``automl.selection.CVResult.to_dict()``: fold scores are
@@ -83,7 +84,8 @@ def cv_table(summary: dict) -> dict[str, Any] | None:
         stats = (c.get("summary") or {}).get(metric) or {}
         mean = stats.get("mean", sum(scores) / len(scores) if scores else math.nan)
         rows.append({"trial_id": c.get("trial_id"), "scores": scores, "mean": mean,
-                     "std": stats.get("std"), "status": c.get("status", ""),
+                     "std": stats.get("std"), "ci95": stats.get("ci95"),
+                     "status": c.get("status", ""),
                      "n_params": c.get("n_params")})
     return {"metric": metric, "winner": cv.get("winner"), "reason": cv.get("reason"),
             "candidates": rows}

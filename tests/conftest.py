@@ -53,3 +53,12 @@ def pytest_unconfigure(config):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(_EXIT_STATUS[-1])
+
+
+def assert_self_contained(html: str) -> None:
+    """A report page loads nothing: plotly.js is inline (one ``<script>`` with it, the
+    figures' own scripts), no ``<script src>``, stylesheet link or remote image."""
+    import re
+
+    assert "Plotly" in html and not re.search(r"<script[^>]*\bsrc=", html)
+    assert "<link" not in html and not re.search(r"<img[^>]*src=\"https?:", html)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import assert_self_contained
 from typer.testing import CliRunner
 
 from automl.cli import app
@@ -87,9 +88,10 @@ def test_full_report_has_every_figure_and_table(tmp_path):
         assert path.parent == run_dir / "report" and path.read_bytes()[:8] == PNG
         assert path.stat().st_size > 10_000  # drawn, not an empty canvas
     html = rep.index.read_text()
+    assert rep.interactive == set(rep.figures)  # each as a plotly figure, its PNG linked
     for name in rep.figures:
-        assert f'<img src="{name}.png"' in html
-    assert "<script" not in html and "http://" not in html and "https://" not in html
+        assert f'<div id="{name}"' in html and f'<a href="{name}.png">PNG</a>' in html
+    assert_self_contained(html)
     assert "<h2>Cross-validation</h2>" in html and "0.9200" in html  # t2's mean
     assert "<h2>Compression</h2>" in html and "<td>01_prune</td><td>accepted</td>" in html
     assert "<td>2 quantize</td><td>rejected</td>" in html

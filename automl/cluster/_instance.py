@@ -51,6 +51,7 @@ def record_instance(run_dir: Path, handle) -> None:
             continue
     rec = {"driver_pid": me.pid, "driver_started": me.create_time(),
            "session_dir": handle.session_dir, "gcs_address": handle.address,
+           "dashboard_url": getattr(handle, "dashboard_url", None),
            "processes": procs}
     path = Path(run_dir) / RECORD
     tmp = path.with_name(f".{RECORD}.{os.getpid()}")

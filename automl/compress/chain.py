@@ -29,6 +29,7 @@ import copy
 import dataclasses
 import inspect
 import json
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -157,12 +158,18 @@ def make_stage(spec: dict, index: int = 0) -> tuple[Stage, float]:
         raise ValueError(f"{where}.{err}") from None
 
 
-def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context) -> ChainResult:
+def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context,
+              on_stage: Callable[[str, str], None] | None = None) -> ChainResult:
     """Run ``stages_spec`` (module docstring) on a copy of ``teacher``; files go to
     ``ctx.out_dir`` (``00_teacher.*``, ``NN_<stage>.*``, ``chain.json``). The input
-    ``teacher`` is not modified. Raises ``ValueError`` (naming ``stages[i].key``) for a
-    bad spec, or when ``ctx`` has no validation rows for the guard, before any stage
-    runs; errors inside a stage are recorded as ``failed``."""
+    ``teacher`` is not modified. ``on_stage(name, status)`` is called as the teacher is
+    measured and as each stage ends (progress). Raises ``ValueError`` (naming
+    ``stages[i].key``) for a bad spec, or when ``ctx`` has no validation rows for the
+    guard, before any stage runs; errors inside a stage are recorded as ``failed``."""
+    def done(name: str, status: str) -> None:
+        if on_stage is not None:
+            on_stage(name, status)
+
     if not isinstance(stages_spec, list):
         raise ValueError(f"stages: expected a list of stage dicts; got {stages_spec!r}")
     if len(ctx.y_val) == 0:
@@ -186,6 +193,7 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context) -> Chai
     t_meas = measure(teacher, ctx, "00_teacher", teacher_pred, size_bytes=t_export.size_bytes,
                      script_bytes=t_export.script_bytes)
     t_onnx = export_checked(teacher, ctx, "00_teacher") if ctx.onnx else None
+    done("00_teacher", "measured")
     current, current_name, current_onnx, records = teacher, "00_teacher", t_onnx, []
     int8_done = False
     for i, ((stage, max_drop), spec) in enumerate(zip(stages, stages_spec, strict=True), start=1):
@@ -204,10 +212,12 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context) -> Chai
         except Exception as err:  # a stage's failure is recorded; the chain goes on
             records.append(StageRecord(**base, status="failed",
                                        reason=f"{type(err).__name__}: {str(err)[:300]}"))
+            done(f"{i:02d}_{stage.name}", records[-1].status)
             continue
         if out.skipped:
             records.append(StageRecord(**base, status="skipped", reason=out.skipped,
                                        info=out.info))
+            done(f"{i:02d}_{stage.name}", records[-1].status)
             continue
         val_acc = val_accuracy(out.model, ctx)  # the guard sees validation rows only
         drop = t_meas.val_accuracy - val_acc
@@ -216,6 +226,7 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context) -> Chai
             records.append(StageRecord(**base, status="rejected", **guard,
                                        reason=f"validation accuracy drop {drop:.4f} > max "
                                               f"{max_drop:.4f}"))
+            done(f"{i:02d}_{stage.name}", records[-1].status)
             continue
         name = f"{i:02d}_{stage.name}"
         new_recipe = {**recipe, **out.recipe, "lineage": recipe["lineage"] + [name]}
@@ -228,6 +239,7 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context) -> Chai
                    f"recipe has no arch to rebuild from)")
             records.append(StageRecord(**base, status="rejected", **guard, export=exp,
                                        reason=why))
+            done(f"{i:02d}_{stage.name}", records[-1].status)
             continue
         meas = measure(out.model, ctx, name, teacher_pred, size_bytes=exp.size_bytes,
                        script_bytes=exp.script_bytes, count_model=out.count_model)
@@ -237,6 +249,7 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context) -> Chai
                                    accuracy_drop=t_meas.accuracy - meas.accuracy,
                                    measurement=meas, export=exp, onnx=onnx))
         current, current_name, current_onnx, recipe = out.model, name, onnx, new_recipe
+        done(name, "accepted")
     result = ChainResult(t_meas, t_export, tuple(records), current_name, current, t_onnx)
     (ctx.out_dir / "chain.json").write_text(json.dumps(result.to_dict(), indent=1))
     return result

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from automl._io import write_json
+from automl._progress import StageProgress
 from automl.compress._base import make_context, measure, predict
 from automl.compress.chain import run_chain
 from automl.compress.export import export_model, shapes_of
@@ -43,9 +44,20 @@ TEACHER_SOURCE = ("the winner's configuration retrained on the search's train ro
                   "(validation rows held out for the accuracy-drop guard)")
 
 
+def stage_work(comp) -> list[tuple[str, float]]:
+    """``[(step, epochs)]`` of a compression section: the teacher's retraining (counted by
+    the caller), then each stage's training epochs (distillation ``epochs``, pruning
+    ``fine_tune_epochs``; at least 1 for its measurement and exports)."""
+    return [(f"{i:02d}_{s.stage}", float(max(1, getattr(s, "epochs", 0)
+                                               or getattr(s, "fine_tune_epochs", 0) or 1)))
+            for i, s in enumerate(comp.stages, 1)]
+
+
 def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
                     cv_accuracy: float | None = None,
-                    console: Console | None = None) -> dict[str, Any]:
+                    console: Console | None = None, publish=None,
+                    eta_s: float | None = None,
+                    teacher_fit: dict | None = None) -> dict[str, Any]:
     """Run ``exp.compression`` on the run's winner (module docstring) and print the table.
 
     Args:
@@ -53,6 +65,11 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
         dataset, splits: the run's ``automl.data.Dataset`` and ``Splits``.
         run_dir: holds ``best/model.pt`` (``TrainState.checkpoint`` format).
         cv_accuracy: the winner configuration's mean CV accuracy, shown in the table.
+        publish: ``(stage, done, total, eta_s)`` goes there as each step ends (metrics).
+        eta_s: an estimate of the whole stage before its first step ends, seconds.
+        teacher_fit: the teacher already trained (``fit_and_score(keep_model=True)`` of
+            the winner's config on the train rows, e.g. beside the refit); trained here
+            when None or of another config.
 
     Runs in this process with ``exp.resources.cpus_per_worker`` torch threads (restored
     afterwards); trains on ``compression.device``; latency is measured on the CPU with
@@ -92,13 +109,22 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
     console.print(f"compress {len(comp.stages)} stage(s): "
                   f"{' -> '.join(s.stage for s in comp.stages)}; teacher: {TEACHER_SOURCE}; "
                   f"{threads} thread(s)", highlight=False)
+    work = stage_work(comp)
+    cost = dict(work)
+    bar = StageProgress(console, "compress", 2 + len(work),
+                        work=cfg.epochs + sum(cost.values()) + 1, eta_s=eta_s, publish=publish)
     try:
         torch.set_num_threads(threads)
-        fit = fit_and_score(dataset, ckpt["config"], splits.train, splits.val,
-                            impute=exp.data.impute, cpus=threads, keep_model=True,
-                            gpus=1.0 if comp.device == "cuda" else 0.0)
+        fit = teacher_fit if teacher_fit is not None and (teacher_fit.get("checkpoint") or {}) \
+            .get("config") == ckpt["config"] else None
+        if fit is None:
+            fit = fit_and_score(dataset, ckpt["config"], splits.train, splits.val,
+                                impute=exp.data.impute, cpus=threads, keep_model=True,
+                                gpus=1.0 if comp.device == "cuda" else 0.0)
         teacher = _rebuild(cfg.arch, fit["checkpoint"])
         timing = {"teacher_retrain_s": round(time.perf_counter() - t0, 2)}
+        bar.step(f"teacher {'retrained' if fit is not teacher_fit else 'trained beside the refit'}"
+                 f" ({cfg.epochs} epochs)", work=cfg.epochs)
         sets = fit_transform(dataset, splits.train, splits.val, splits.test,
                              impute=exp.data.impute)
         kw = {"seed": comp.seed, "batch_size": comp.batch_size, "lr": comp.lr,
@@ -109,7 +135,8 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
             os.replace(out, old)
         try:
             ctx = make_context(*sets, out, **kw)
-            chain = run_chain(teacher, comp.chain(), ctx)
+            chain = run_chain(teacher, comp.chain(), ctx, on_stage=lambda name, status: (
+                bar.step(f"{name} {status}", work=cost.get(name, 0.0))))
             timing["chain_s"] = round(time.perf_counter() - t0 - sum(timing.values()), 2)
             # the deployed winner, preprocessed as it was trained (fitted on train + val)
             _, val_w, test_w = fit_transform(dataset, splits.pool, splits.val, splits.test,
@@ -122,6 +149,7 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
             w_meas = measure(winner, wctx, "winner", predict(teacher, ctx.X_test).argmax(1),
                              size_bytes=w_export.size_bytes, script_bytes=w_export.script_bytes)
             w_onnx = export_checked(winner, wctx, "winner") if comp.onnx else None
+            bar.step("winner measured and exported")
         except BaseException:  # leave no partial chain.json for readers of the run dir
             shutil.rmtree(out, ignore_errors=True)
             if old.exists():
@@ -130,6 +158,7 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
         shutil.rmtree(old, ignore_errors=True)
     finally:
         torch.set_num_threads(threads_before)
+        bar.close()
     section = {"status": "completed", **chain.to_dict(), "winner": w_meas.to_dict(),
                "winner_export": w_export.to_dict(),
                "winner_onnx": w_onnx.to_dict() if w_onnx else None,
@@ -146,7 +175,8 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
 
 
 def compress_step(exp, dataset, splits, run_dir: str | Path, *, cv_accuracy: float | None,
-                  console: Console) -> dict[str, Any] | None:
+                  console: Console, publish=None, eta_s: float | None = None,
+                  teacher_fit: dict | None = None) -> dict[str, Any] | None:
     """The main job's compression stage: ``compress_winner`` when ``exp.compression`` is
     enabled, else None. An unexpected error is reported and returned as ``{"status":
     "failed", "error"}`` instead of raised: the search and selection results stand."""
@@ -154,7 +184,8 @@ def compress_step(exp, dataset, splits, run_dir: str | Path, *, cv_accuracy: flo
         return None
     try:
         return compress_winner(exp, dataset, splits, run_dir, cv_accuracy=cv_accuracy,
-                               console=console)
+                               console=console, publish=publish, eta_s=eta_s,
+                               teacher_fit=teacher_fit)
     except Exception as e:  # stage errors are recorded in the chain; this is anything else
         error = f"{type(e).__name__}: {str(e)[:300]}"
         console.print(f"warning: compression failed: {error}", style="yellow", highlight=False)

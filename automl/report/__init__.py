@@ -1,10 +1,12 @@
-"""``automl report RUN_DIR``: an offline HTML report with PNG figures of a finished run.
+"""``automl report RUN_DIR``: one self-contained, offline HTML report of a finished run,
+with interactive figures, and a PNG of each figure for the README and terminals.
 
 Reads only the run directory: ``summary.json``, ``trials.json``, the Optuna study in
 ``study.db`` (SQLite), and the optional cross-validation (``summary["cv"]``) and
 compression (``summary["compression"]`` or ``chain.json``) results; a section whose
-input is absent is left out. Writes ``<run_dir>/report/index.html`` and one PNG per
-figure beside it (referenced by relative path; no JavaScript, no CDN).
+input is absent is left out. Writes ``<run_dir>/report/index.html`` (plotly figures,
+plotly.js inline: no CDN, opens with no network) and one PNG per figure beside it
+(matplotlib; the page links each).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from automl._io import write_text
 from automl.report import _figures as figs
+from automl.report import _plotly as live
 from automl.report._html import code, figure, page, pairs, table
 from automl.rundir import (
     compression,
@@ -31,11 +34,13 @@ STUDY_DB = "study.db"
 @dataclass(frozen=True)
 class Report:
     """What :func:`build_report` wrote: ``index`` (the HTML file), ``figures`` (name ->
-    PNG path) and ``skipped`` (figure name -> why it was not drawn)."""
+    PNG path), ``skipped`` (figure name -> why it was not drawn) and ``interactive`` (the
+    figures the page shows as plotly figures)."""
 
     index: Path
     figures: dict[str, Path] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    interactive: frozenset[str] = frozenset()
 
 
 def _load_study(run_dir: Path, name: str | None):
@@ -65,12 +70,20 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
     cv, chain = cv_table(summary), compression(run_dir, summary)
     drawn: dict[str, Path] = {}
     skipped: dict[str, str] = {}
+    divs: dict[str, str] = {}
 
     def draw(name: str, fn, *args) -> None:
         try:
             drawn[name] = fn(*args, out / f"{name}.png")
         except figs.Skip as e:
             skipped[name] = str(e)
+        try:
+            fig = getattr(live, name)(*args)
+        except figs.Skip as e:
+            skipped.setdefault(name, str(e))
+            return
+        divs[name] = fig.to_html(full_html=False, include_plotlyjs=False, div_id=name,
+                                 config={"displaylogo": False, "responsive": True})
 
     try:
         study = _load_study(run_dir, summary.get("name"))
@@ -82,6 +95,8 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
         draw("optimization_history", figs.optimization_history, study)
         draw("parallel_coordinates", figs.parallel_coordinates, study)
         draw("param_importances", figs.param_importances, study)
+        if len(study.directions) > 1:
+            draw("pareto_front", figs.pareto_front, study)
     draw("learning_curves", figs.learning_curves, trials, metric)
     if cv:
         draw("cv_scores", figs.cv_scores, cv)
@@ -90,28 +105,38 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
         draw("compression_tradeoff", figs.compression_tradeoff, models)
 
     files = {k: p.name for k, p in drawn.items()}
+    search_figs = [("optimization_history", "Optimisation history (Optuna)"),
+                   ("parallel_coordinates", "Parallel coordinates (Optuna)"),
+                   ("param_importances", "Hyperparameter importance (Optuna, fANOVA)"),
+                   ("learning_curves", f"Learning curves: {metric} per epoch, by how each "
+                                       "trial ended")]
+    if "pareto_front" in drawn or "pareto_front" in divs:
+        search_figs.insert(0, ("pareto_front", "Pareto front (Optuna)"))
     sections = [("Overview", _overview(summary)),
                 ("Leaderboard (search)", _leaderboard(summary, metric)),
-                ("Search", "".join(figure(n, c, files, skipped) for n, c in (
-                    ("optimization_history", "Optimisation history (Optuna)"),
-                    ("parallel_coordinates", "Parallel coordinates (Optuna)"),
-                    ("param_importances", "Hyperparameter importance (Optuna, fANOVA)"),
-                    ("learning_curves", f"Learning curves: {metric} per epoch"))))]
+                ("Search", "".join(figure(n, c, files, skipped, divs) for n, c in search_figs))]
     if cv:
         rows = [[c["trial_id"], c["status"], c["mean"], c["std"], c["scores"], c["n_params"]]
                 for c in cv["candidates"]]
         sections.append(("Cross-validation", table(
             ["trial", "status", f"mean {cv['metric']}", "std", "fold scores", "parameters"],
             rows) + (f"<p>{cv['reason']}</p>" if cv.get("reason") else "")
-            + figure("cv_scores", "CV scores per candidate", files, skipped)))
+            + figure("cv_scores", "CV scores per candidate: folds, mean and 95% interval",
+                     files, skipped, divs)))
     if chain:
         sections.append(("Compression", _compression(chain)
                          + figure("compression_tradeoff", "Accuracy vs parameters and latency",
-                                  files, skipped)))
+                                  files, skipped, divs)))
     sections.append(("Where things are", _where(run_dir, summary)))
+    head = ""
+    if divs:  # plotly.js once, inline: the page needs no network
+        from plotly.offline import get_plotlyjs
+
+        head = f'<script type="text/javascript">{get_plotlyjs()}</script>'
     index = write_text(out / "index.html",
-                       page(f"automl report: {summary.get('name', run_dir.name)}", sections))
-    return Report(index, drawn, skipped)
+                       page(f"automl report: {summary.get('name', run_dir.name)}", sections,
+                            head))
+    return Report(index, drawn, skipped, frozenset(divs))
 
 
 def _overview(s: dict) -> str:
@@ -170,7 +195,8 @@ def _where(run_dir: Path, s: dict) -> str:
     """Commands that open the run's study, event files, W&B runs and registry entries."""
     db = (run_dir / STUDY_DB).resolve()
     reg, trk = s.get("registry") or {}, s.get("tracking") or {}
-    rows = [("Optuna study", code(f"optuna-dashboard sqlite:///{db}"))]
+    rows = [("Optuna study", code(f"automl dashboard {run_dir}") + " (optuna-dashboard, "
+             "live during a sweep; or " + code(f"optuna-dashboard sqlite:///{db}") + ")")]
     if trk.get("tensorboard"):
         rows.append(("TensorBoard", code(trk["tensorboard"])))
     if trk.get("backend") == "wandb" and trk.get("mode"):

@@ -35,7 +35,7 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _optuna_plot(fn, study: optuna.Study, path: Path, **kw) -> Path:
+def _optuna_plot(fn, study: optuna.Study, path: Path, tweak=None, **kw) -> Path:
     finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if len(finished) < 2:
         raise Skip(f"{len(finished)} finished trial(s) in the study; need at least 2")
@@ -47,7 +47,33 @@ def _optuna_plot(fn, study: optuna.Study, path: Path, **kw) -> Path:
             raise Skip(f"optuna could not draw it: {e}") from None
     fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
     fig.set_size_inches(max(fig.get_size_inches()[0], 8), 4.5)
+    if tweak is not None:
+        tweak(fig, ax)
     return _save(fig, path)
+
+
+def short_names(labels: list[str], names: list[str]) -> list[str]:
+    """Axis labels as whole short names: Optuna cuts long ones (``training.weight_d...``);
+    each becomes the one parameter of ``names`` it starts, less its section
+    (``weight_decay``; ``model.resnet.width`` -> ``resnet.width``)."""
+    out = []
+    for text in labels:
+        full = [n for n in names if n == text or (text.endswith("...")
+                                                   and n.startswith(text[:-3]))]
+        name = full[0] if len(full) == 1 else text
+        for prefix in ("training.", "model.", "data."):
+            name = name.removeprefix(prefix)
+        out.append(name)
+    return out
+
+
+def _legible_axes(fig, ax, names: list[str]) -> None:
+    """Parallel coordinates: 1.3 inches per parameter axis, whole short names (``lr``,
+    not ``training.lr``) tilted, so the labels do not run into each other."""
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    short = short_names(labels, names)
+    fig.set_size_inches(max(8.0, 1.3 * len(labels)), 5.0)
+    ax.set_xticks(ax.get_xticks(), short, rotation=25, ha="right", fontsize=9)
 
 
 def optimization_history(study: optuna.Study, path: Path) -> Path:
@@ -61,7 +87,9 @@ def parallel_coordinates(study: optuna.Study, path: Path) -> Path:
     """Sampled parameters against the objective (``plot_parallel_coordinate``)."""
     from optuna.visualization.matplotlib import plot_parallel_coordinate
 
-    return _optuna_plot(plot_parallel_coordinate, study, path)
+    names = sorted({k for t in study.trials for k in t.params})
+    return _optuna_plot(plot_parallel_coordinate, study, path,
+                        tweak=lambda fig, ax: _legible_axes(fig, ax, names))
 
 
 def param_importances(study: optuna.Study, path: Path) -> Path:
@@ -72,6 +100,15 @@ def param_importances(study: optuna.Study, path: Path) -> Path:
 
     return _optuna_plot(plot_param_importances, study, path,
                         evaluator=FanovaImportanceEvaluator(seed=0))
+
+
+def pareto_front(study: optuna.Study, path: Path) -> Path:
+    """The non-dominated trials of a multi-objective study (``plot_pareto_front``)."""
+    from optuna.visualization.matplotlib import plot_pareto_front
+
+    if len(study.directions) < 2:
+        raise Skip("one objective: no Pareto front")
+    return _optuna_plot(plot_pareto_front, study, path)
 
 
 def curve_styles(trials: list[dict]) -> dict[str, tuple[str, Any, str]]:
@@ -138,6 +175,23 @@ def cv_scores(cv: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
+def label_groups(points: list[tuple[float, float, str]], rel_x: float = 0.03,
+                 abs_y: float = 0.002) -> dict[tuple[float, float], list[str]]:
+    """Points ``(x, y, name)`` grouped where their labels would overprint: ``x`` within
+    ``rel_x`` (relative) and ``y`` within ``abs_y`` of a group's first point. Returns
+    ``{(x, y) of the group's first point: [names]}`` in input order (the deployed winner
+    and the teacher it equals share one label, ``winner = 00_teacher``)."""
+    groups: dict[tuple[float, float], list[str]] = {}
+    for x, y, name in points:
+        for gx, gy in groups:
+            if abs(x - gx) <= rel_x * max(abs(gx), 1e-12) and abs(y - gy) <= abs_y:
+                groups[(gx, gy)].append(name)
+                break
+        else:
+            groups[(x, y)] = [name]
+    return groups
+
+
 def compression_tradeoff(rows: list[dict], path: Path) -> Path:
     """Test accuracy against parameter count and against batch-1 CPU latency (ms) for
     the teacher and each accepted compressed model."""
@@ -147,13 +201,16 @@ def compression_tradeoff(rows: list[dict], path: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
     for ax, key, label in ((axes[0], "nonzero_params", "non-zero parameters"),
                            (axes[1], "latency_ms_b1", "latency, batch 1 (ms)")):
+        pts = []
         for r in rows:
             x = r.get(key) if r.get(key) is not None else r.get("params")
             if x is None or (isinstance(x, float) and math.isnan(x)):
                 continue
             ax.plot(x, r["accuracy"], "s" if r["stage"] == "teacher" else "o", ms=7)
-            ax.annotate(r.get("name", r["stage"]), (x, r["accuracy"]), fontsize=8,
-                        xytext=(4, 4), textcoords="offset points")
+            pts.append((x, r["accuracy"], r.get("name", r["stage"])))
+        for (x, y), names in label_groups(pts).items():  # one label where points coincide
+            ax.annotate(" = ".join(names), (x, y), fontsize=8, xytext=(4, 4),
+                        textcoords="offset points")
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     axes[0].set_xscale("log")

@@ -1,5 +1,6 @@
-"""The report page: plain HTML with inline CSS, no JavaScript, images by relative path,
-so it opens offline from the run directory (or a copy of ``report/``)."""
+"""The report page: one HTML file with inline CSS and, when plotly is there, its
+interactive figures with plotly.js inline; the PNGs beside it by relative path. It opens
+offline from the run directory (or a copy of ``report/``): no CDN, no network."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 img{max-width:100%;border:1px solid #eee;margin:.5rem 0}
 code{background:#f4f4f4;padding:0 .2rem}.skip{color:#888;font-style:italic}
+figure.live{margin:.5rem 0;overflow-x:auto}
 """
 
 
@@ -53,17 +55,25 @@ def pairs(items: list[tuple[str, Any]]) -> str:
     return table(["", ""], [[k, v] for k, v in items if v is not None])
 
 
-def figure(name: str, caption: str, files: dict[str, str], skipped: dict[str, str]) -> str:
+def figure(name: str, caption: str, files: dict[str, str], skipped: dict[str, str],
+           live: dict[str, str] | None = None) -> str:
+    """A figure: its interactive plotly ``<div>`` (``live[name]``) with a link to the PNG,
+    else the PNG, else why it was not drawn."""
+    if live and name in live:
+        png = (f' (<a href="{escape(files[name])}">PNG</a>)' if name in files else "")
+        return (f'<figure class="live">{live[name]}'
+                f"<figcaption>{escape(caption)}{png}</figcaption></figure>")
     if name in files:
         return (f'<figure><img src="{escape(files[name])}" alt="{escape(caption)}">'
                 f"<figcaption>{escape(caption)}</figcaption></figure>")
     return f'<p class="skip">{escape(caption)}: not drawn ({escape(skipped.get(name, "?"))})</p>'
 
 
-def page(title: str, sections: list[tuple[str, str]]) -> str:
+def page(title: str, sections: list[tuple[str, str]], head: str = "") -> str:
+    """The whole document; ``head`` goes into ``<head>`` (plotly.js, inline)."""
     parts = [f"<h2>{escape(h)}</h2>\n{body}" for h, body in sections if body]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{escape(title)}</title><style>{CSS}</style></head>\n"
+            f"<title>{escape(title)}</title><style>{CSS}</style>{head}</head>\n"
             f"<body><h1>{escape(title)}</h1>\n" + "\n".join(parts) + "\n</body></html>\n")
 
 

@@ -1,6 +1,7 @@
 """Thin adapters that plug the search core into Ray Tune through its public interfaces:
 :class:`RungScheduler` (a ``TrialScheduler``, Tune's FIFO order, our rung policy's
-decisions) and :class:`StudySearcher` (a ``Searcher`` over :class:`StudySearch`).
+decisions), :class:`StudySearcher` (a ``Searcher`` over :class:`StudySearch`) and
+:class:`BudgetStopper` (a ``Stopper``: the job budget ends the sweep).
 
 Both name a trial by the study's trial number, which the searcher puts in every config
 under :data:`TRIAL_KEY`; Tune's own trial ids live only inside one session.
@@ -13,6 +14,7 @@ from collections.abc import Callable
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
+from ray.tune.stopper import Stopper
 
 from automl.search._asha import STOP, RungPolicy
 from automl.search._result import end_state
@@ -25,6 +27,29 @@ TRIAL_KEY = "automl.trial"
 def trial_number(trial) -> int | str:
     """The study's number of a Tune ``Trial`` (its Tune id when it has none)."""
     return (getattr(trial, "config", None) or {}).get(TRIAL_KEY, trial.trial_id)
+
+
+class BudgetStopper(Stopper):
+    """Tune's ``Stopper`` that ends the whole sweep once ``over()`` is true (the job
+    budget, ``automl.budget``); asked at most every ``every_s`` seconds (Tune asks on
+    every controller step)."""
+
+    def __init__(self, over: Callable[[], bool], every_s: float = 1.0,
+                 clock: Callable[[], float] | None = None):
+        import time
+
+        self.over, self.every_s = over, every_s
+        self.clock = clock or time.monotonic
+        self._next, self._stopped = 0.0, False
+
+    def __call__(self, trial_id, result) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        if not self._stopped and self.clock() >= self._next:
+            self._next = self.clock() + self.every_s
+            self._stopped = bool(self.over())
+        return self._stopped
 
 
 class RungScheduler(FIFOScheduler):

@@ -129,6 +129,16 @@ class RungPolicy:
                                                len(self._weights) - 1))
         return self._bracket[trial]
 
+    def pass_counts(self) -> dict[int, tuple[int, int]]:
+        """``{epoch judged at: (trials that continued, trials judged)}`` over every
+        bracket so far (the sweep's ETA reads the continue rate of each rung)."""
+        out: dict[int, list[int]] = {}
+        for (_, rung), decision in self._decisions.items():
+            c = out.setdefault(judged_at(rung), [0, 0])
+            c[0] += decision == CONTINUE
+            c[1] += 1
+        return {e: (c[0], c[1]) for e, c in sorted(out.items())}
+
     def stopped_at(self, trial: Hashable) -> int | None:
         """The epoch at which a rung stopped ``trial``, or None (never stopped by a rung)."""
         return self._stopped.get(trial)

@@ -7,13 +7,15 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from automl._progress import eta_text
 from automl.search._ledger import SweepView, TrialLog
 from automl.search._result import COMPLETED, DIVERGED, STOPPED
 
 
 class ConsoleProgress:
-    """Status line ``trials done/total  running  completed  stopped  failed  best  elapsed``
-    (refreshed on every event, terminals only) and a line per ended trial."""
+    """Status line ``trials done/total  running  completed  stopped  failed  best  elapsed
+    eta`` (refreshed on every event, terminals only) and a line per ended trial, with the
+    count done and the ETA (so a log, not only a terminal, shows them)."""
 
     def __init__(self, console: Console):
         self.console = console
@@ -28,10 +30,10 @@ class ConsoleProgress:
         best = "-" if sweep.best is None else f"{sweep.best:.4f}"
         e = sweep.ended
         self._live.update(Text(
-            f"trials {sweep.done}/{sweep.total}  running {sweep.running}  "
+            f"sweep  trials {sweep.done}/{sweep.total}  running {sweep.running}  "
             f"completed {e[COMPLETED]}  stopped {e[STOPPED]}  "
             f"failed {e['failed'] + e[DIVERGED]}  best {sweep.metric} {best}  "
-            f"elapsed {sweep.elapsed_s:.0f}s"))
+            f"elapsed {sweep.elapsed_s:.0f}s  eta {eta_text(sweep.eta_s)}"))
 
     def start(self, trial: TrialLog, sweep: SweepView) -> None:
         self._refresh(sweep)
@@ -50,7 +52,8 @@ class ConsoleProgress:
             note = f"stopped early at epoch {epochs}/{trial.target}  {shown}"
         else:
             note = f"{state}: {end.get('reason') or 'see trials.json'}"
-        self.console.print(f"  trial {trial.trial_id} {note}", highlight=False, markup=False)
+        self.console.print(f"  trial {trial.trial_id} {note}  [{sweep.done}/{sweep.total}, "
+                           f"eta {eta_text(sweep.eta_s)}]", highlight=False, markup=False)
         self._refresh(sweep)
 
     def close(self, sweep: SweepView) -> None:

@@ -87,6 +87,8 @@ class SweepView:
         best_trial: the trial that reported it.
         epochs: epoch reports received in this session.
         elapsed_s: seconds since the ledger started (this session).
+        eta_s: seconds the sweep is expected to still take (``automl.search._eta``), or
+            None before it can be estimated.
     """
 
     metric: str
@@ -98,6 +100,7 @@ class SweepView:
     best_trial: str | None
     epochs: int
     elapsed_s: float
+    eta_s: float | None = None
 
     @property
     def done(self) -> int:
@@ -263,16 +266,18 @@ class Ledger(Callback):
             record the whole config.
         sinks: :class:`TrialSink` objects, called in order.
         clock: seconds, monotonic (tests and simulations pass their own).
+        eta: ``ledger -> seconds still to go`` (or None), for :attr:`SweepView.eta_s`.
     """
 
     def __init__(self, run_dir: Path, metric: str, mode: str, total: int,
                  target_of: Callable[[dict], int],
                  params_of: Callable[[int], dict] | None = None,
-                 sinks: Iterable[TrialSink] = (), clock: Callable[[], float] = time.monotonic):
+                 sinks: Iterable[TrialSink] = (), clock: Callable[[], float] = time.monotonic,
+                 eta: Callable[[Ledger], float | None] | None = None):
         self.path = Path(run_dir) / "trials.jsonl"
         self.metric, self.mode, self.total = metric, mode, int(total)
         self.target_of, self.params_of = target_of, params_of
-        self.sinks, self.clock = list(sinks), clock
+        self.sinks, self.clock, self.eta = list(sinks), clock, eta
         self.trials, self.reports = read_ledger(self.path)
         self.epochs, self.t0 = 0, clock()
         self._best: tuple[float, str] | None = None
@@ -294,7 +299,13 @@ class Ledger(Callback):
         best = self._best
         return SweepView(self.metric, self.mode, self.total, running, ended,
                          best[0] if best else None, best[1] if best else None, self.epochs,
-                         self.clock() - self.t0)
+                         self.clock() - self.t0, self.eta(self) if self.eta else None)
+
+    def session_reports(self) -> list[dict[str, Any]]:
+        """The epoch rows reported in this session (a resumed sweep's earlier ones are not
+        in its clock)."""
+        return [row for _, _, row in self.reports[len(self.reports) - self.epochs:]] \
+            if self.epochs else []
 
     def _consider(self, t: TrialLog, row: dict) -> None:
         value = row.get(self.metric)

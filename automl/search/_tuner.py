@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +26,11 @@ from ray.tune.schedulers import FIFOScheduler
 from rich.console import Console
 
 from automl.cluster import Admission, admit_trials, trial_bundles
-from automl.search._adapters import TRIAL_KEY, RungScheduler, StudySearcher
+from automl.search._adapters import TRIAL_KEY, BudgetStopper, RungScheduler, StudySearcher
+from automl.search._asha import RungPolicy
 from automl.search._checkpoints import TrialCheckpoints
 from automl.search._console import ConsoleProgress
+from automl.search._eta import TrialState, sweep_eta
 from automl.search._ledger import Ledger, TrialLog, TrialSink
 from automl.search._policy import make_policy
 from automl.search._result import DIVERGED, FAILED, SearchResult, TrialRecord
@@ -60,10 +63,18 @@ def epochs_of(exp: Experiment) -> EpochsOf:
     return EpochsOf(exp.training.epochs if isinstance(exp.training.epochs, int) else exp.max_epochs)
 
 
+#: seconds a write to ``study.db`` waits for a reader's lock (``automl dashboard``, the
+#: ``optuna`` CLI) before SQLite says "database is locked" (its default: 5; optuna#820)
+STUDY_BUSY_TIMEOUT_S = 30.0
+
+
 def study_storage(run_dir: Path) -> optuna.storages.RDBStorage:
-    """The run's Optuna storage, ``<run_dir>/study.db`` (SQLite; ``optuna-dashboard`` and
-    the ``optuna`` CLI open it)."""
-    return optuna.storages.RDBStorage(f"sqlite:///{(Path(run_dir) / STUDY_DB).resolve()}")
+    """The run's Optuna storage, ``<run_dir>/study.db`` (SQLite; ``automl dashboard``,
+    ``optuna-dashboard`` and the ``optuna`` CLI open it while the sweep writes: a write
+    waits up to :data:`STUDY_BUSY_TIMEOUT_S` for their read locks)."""
+    return optuna.storages.RDBStorage(
+        f"sqlite:///{(Path(run_dir) / STUDY_DB).resolve()}",
+        engine_kwargs={"connect_args": {"timeout": STUDY_BUSY_TIMEOUT_S}})
 
 
 def make_search(exp: Experiment, run_dir: Path) -> StudySearch:
@@ -76,6 +87,30 @@ def make_search(exp: Experiment, run_dir: Path) -> StudySearch:
         lambda held: make_sampler(exp.search, seed=exp.search.seed + held),
         exp.search.mode, exp.search.num_samples, size=describe(exp)["size"],
         enumerate_space=lambda: enumerate_params(exp), seed=exp.search.seed)
+
+
+def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
+    """``ledger -> seconds still to go`` (:func:`automl.search._eta.sweep_eta`): epoch times
+    measured in this session, the rungs and continue rates of ``policy``."""
+    rungs = policy.rung_epochs() if policy is not None else []
+    rf = policy.reduction_factor if policy is not None else None
+
+    def eta(ledger: Ledger) -> float | None:
+        rows = ledger.session_reports()
+        if not rows:
+            return None
+        epoch_s = sum(r.get("train_time_s", 0.0) + r.get("eval_time_s", 0.0)
+                      for r in rows) / len(rows)
+        trials = [TrialState(t.rows[-1]["epoch"] if t.rows else 0, t.target or 0,
+                             t.end is not None)
+                  for t in ledger.trials.values() if t.started or t.end is not None]
+        return sweep_eta(trials, ledger.total, rungs=rungs,
+                         passed=policy.pass_counts() if policy is not None else {},
+                         reduction_factor=rf, epoch_s=epoch_s,
+                         elapsed_s=ledger.clock() - ledger.t0, slots=slots,
+                         epochs_done=ledger.epochs, time_budget_s=time_budget_s)
+
+    return eta
 
 
 def storage_path(exp: Experiment, run_dir: Path) -> str:
@@ -94,6 +129,7 @@ def run_search(
     console: Console | None = None,
     sinks: list[TrialSink] | None = None,
     resume: bool = False,
+    stop_if: Callable[[Ledger], bool] | None = None,
 ) -> SearchResult:
     """Run the sweep on the connected Ray cluster and collect its trials.
 
@@ -108,6 +144,8 @@ def run_search(
             stay finished, running ones continue from their checkpoints with the same
             number and config, the rungs are rebuilt from ``trials.jsonl``, and only the
             missing trials are asked for.
+        stop_if: ``ledger -> True`` ends the whole sweep now (running trials stop and are
+            told PRUNED, none is asked for any more): the job budget (``automl.budget``).
 
     Raises:
         ResourceError: a trial can never be placed (before anything is queued).
@@ -119,7 +157,8 @@ def run_search(
     search = make_search(exp, run_dir)
     policy = make_policy(exp)
     ledger = Ledger(run_dir, metric, mode, exp.search.num_samples, epochs_of(exp),
-                    params_of=search.params_of, sinks=[ConsoleProgress(console), *(sinks or [])])
+                    params_of=search.params_of, sinks=[ConsoleProgress(console), *(sinks or [])],
+                    eta=eta_of(policy, admission.max_concurrent, exp.search.time_budget_s))
     if resume:
         _reconcile(search, ledger, policy, metric, console)
     storage = storage_path(exp, run_dir)
@@ -156,6 +195,7 @@ def run_search(
                         fail_fast=exp.search.fail_fast,
                     ),
                     callbacks=[ledger],
+                    stop=BudgetStopper(lambda: stop_if(ledger)) if stop_if else None,
                     verbose=0,
                 ),
             )

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
 
 from automl._io import append_jsonl
+from automl._progress import StageProgress
 from automl.data import Dataset, Splits
 from automl.errors import RunError
 from automl.selection._folds import FoldPlan, make_folds
@@ -143,6 +145,8 @@ def cross_validate(
     admission=None,
     console=None,
     folds_log: Path | None = None,
+    publish=None,
+    eta_s: float | None = None,
 ) -> CVResult:
     """Re-score ``candidates`` (``TrialRecord``s, best first) by stratified k-fold CV.
 
@@ -161,6 +165,10 @@ def cross_validate(
             folds it already holds (same candidate config, fold plan and fold) are not
             trained again, so a run killed during cross-validation continues at the first
             unscored fold.
+        publish: ``(stage, done, total, eta_s)`` of the fold trainings goes there as each
+            finishes (Prometheus gauges); the console shows the same
+            (:class:`automl._progress.StageProgress`).
+        eta_s: an estimate of the whole stage before a fold has finished, seconds.
 
     Raises:
         DataError: a class has fewer rows than folds (see :func:`make_folds`).
@@ -191,18 +199,29 @@ def cross_validate(
         console.print(f"cv     {len(results)} fold trainings done before the resume, kept",
                       highlight=False)
 
+    n = len(plan.folds)
+    epochs = {c.trial_id: int(c.config.get("epochs", 1)) for c in candidates}
+    todo = [(c.trial_id, i) for c in candidates for i in range(n) if (c.trial_id, i) not in results]
+    bar = StageProgress(console or Console(quiet=True), "cv", len(todo),
+                        work=sum(epochs[t] for t, _ in todo), eta_s=eta_s, publish=publish)
+
     def log_fold(key, result) -> None:
         if folds_log is not None:
             append_jsonl(folds_log, {"trial_id": key[0], "fold": key[1], "plan": signature,
                                      "config": configs[key[0]], "result": result})
+        bar.step(f"trial {key[0]} fold {key[1] + 1}: {sel.metric} "
+                 f"{result['scores'][sel.metric]:.4f}", work=epochs[key[0]])
 
     run = dict(data_ref=data_ref, resources=exp.resources, limit=admission.max_concurrent,
                deadline=deadline, impute=exp.data.impute, on_done=log_fold)
-    n = len(plan.folds)
     first = range(1) if sel.fold_halving else range(n)
     jobs = [((c.trial_id, i), c.config, *plan.folds[i]) for i in first for c in candidates
             if (c.trial_id, i) not in results]
-    results.update(_run_tasks(jobs=jobs, **run))
+    try:
+        results.update(_run_tasks(jobs=jobs, **run))
+    except BaseException:
+        bar.close()
+        raise
     survivors, halving = list(candidates), None
     if sel.fold_halving:
         score1 = {c.trial_id: results[(c.trial_id, 0)]["scores"][sel.metric] for c in candidates}
@@ -212,10 +231,15 @@ def cross_validate(
         kept = {c.trial_id for c in survivors}
         jobs = [((c.trial_id, i), c.config, *plan.folds[i]) for i in range(1, n)
                 for c in survivors if (c.trial_id, i) not in results]
-        results.update(_run_tasks(jobs=jobs, **run))
+        bar.resize(bar.done + len(jobs), bar.work_done + sum(epochs[k[0]] for k, *_ in jobs))
+        try:
+            results.update(_run_tasks(jobs=jobs, **run))
+        finally:
+            bar.close()
         halving = {"margin": sel.halving_margin, "fold1_leader": leader,
                    "fold1_scores": score1,
                    "dropped": [c.trial_id for c in candidates if c.trial_id not in kept]}
+    bar.close()
     wall = time.perf_counter() - t0
 
     rows = []
@@ -290,10 +314,17 @@ def _compute(results: dict, wall: float) -> dict:
 
 
 def refit_and_test(
-    exp: Experiment, data: Dataset, splits: Splits, config: dict, *, admission=None
+    exp: Experiment, data: Dataset, splits: Splits, config: dict, *, admission=None,
+    teacher: bool = False,
 ) -> dict:
     """Retrain ``config`` on every training row (``splits.pool``: train + validation,
     preprocessing fitted there) as one Ray task and score it once on ``splits.test``.
+
+    With ``teacher``, a second task trains the same config on ``splits.train`` alone and
+    scores ``splits.val`` at the same time (when admission allows two at once): the
+    compression chain's teacher, which must not have seen the validation rows its
+    accuracy-drop guard reads. Its ``fit_and_score(keep_model=True)`` result is
+    ``["teacher"]``.
 
     Returns:
         ``{"checkpoint": dict (``TrainState.checkpoint`` format), "preprocessor": the
@@ -311,17 +342,21 @@ def refit_and_test(
 
     if admission is None:
         admission = _admit(exp)  # fails fast when the refit can never be placed
-    out = _run_tasks(ray.put(data), [(("refit", "all"), config, splits.pool, splits.test)],
-                     resources=exp.resources, limit=1,
-                     deadline=time.monotonic() + exp.selection.timeout_s,
-                     impute=exp.data.impute, keep_model=True)[("refit", "all")]
+    jobs = [(("refit", "all"), config, splits.pool, splits.test)]
+    if teacher:
+        jobs.append((("teacher", "train"), config, splits.train, splits.val))
+    done = _run_tasks(ray.put(data), jobs, resources=exp.resources,
+                      limit=min(len(jobs), admission.max_concurrent),
+                      deadline=time.monotonic() + exp.selection.timeout_s,
+                      impute=exp.data.impute, keep_model=True)
+    out = done[("refit", "all")]
     y_true = data.y[splits.test]
     matrix = confusion_matrix(y_true, out["y_pred"], labels=list(range(data.num_classes)))
     test = {**out["scores"], "f1": out["scores"]["f1_macro"], "loss": out["loss"],
             "rows": out["n_eval"], "train_rows": out["n_train"],
             "train_time_s": out["train_time_s"]}
     return {"checkpoint": out["checkpoint"], "preprocessor": out["preprocessor"], "test": test,
-            "environment": out["environment"],
+            "environment": out["environment"], "teacher": done.get(("teacher", "train")),
             "confusion_matrix": {"classes": list(data.classes), "rows": "true class",
                                  "columns": "predicted class", "matrix": matrix.tolist()}}
 

@@ -145,6 +145,10 @@ class Experiment(_Strict):
     """A whole validated experiment. Build one with :func:`load_spec`."""
 
     name: str = Field("experiment", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    #: seconds for the whole job (search, cross-validation, refit, compression,
+    #: publishing); the search gets what an estimate of the rest leaves (automl.budget).
+    #: None: no job budget (``search.time_budget_s`` bounds the sweep alone either way)
+    budget_s: float | None = Field(None, gt=0)
     data: DataSpec = DataSpec()
     model: ModelSpec = ModelSpec()
     training: TrainingSpec = TrainingSpec()

@@ -1,0 +1,200 @@
+"""One budget for the whole job (``budget_s``): the search gets what remains after an
+estimate of cross-validation, refit and compression, and those stages shrink to fit when
+the estimate was wrong.
+
+The estimate comes from the sweep's own measurements: each trial's seconds per training
+row per epoch (its ``train_time_s`` over the rows it trained on, plus validation), so a
+stage's cost is ``epochs x rows x that rate``, plus a fixed cost per training task, over
+the slots that run at once, times :data:`SAFETY`. The likely CV candidates are the
+sweep's current top ``selection.top_k``.
+
+Shrinking, in this order, each said in one line: fewer CV candidates (down to 2), then
+fewer folds (down to 2); fewer distillation and fine-tuning epochs (down to 1).
+``search.time_budget_s`` still bounds the sweep alone.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from automl.spec import Experiment
+
+#: the estimate is multiplied by this before it is compared with the time left
+SAFETY = 1.15
+#: seconds a training task costs besides its epochs (start, preprocessing, scoring)
+TASK_S = 1.5
+#: seconds the compression chain spends per stage besides training (exports, ONNX,
+#: latency measurements), and publishing the run (registry, W&B, summary)
+STAGE_S, PUBLISH_S = 4.0, 3.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What a stage estimate needs of one trial: its ``epochs`` (target) and measured
+    ``s_per_row_epoch`` (seconds per training row per epoch, validation included)."""
+
+    epochs: int
+    s_per_row_epoch: float
+
+
+def candidate_of(rows: Sequence[dict], target: int, train_rows: int) -> Candidate | None:
+    """A trial's :class:`Candidate` from its epoch rows (``train_time_s``,
+    ``eval_time_s``), or None before it reported."""
+    if not rows or train_rows <= 0:
+        return None
+    per_epoch = sum(r.get("train_time_s", 0.0) + r.get("eval_time_s", 0.0)
+                    for r in rows) / len(rows)
+    return Candidate(int(target or rows[-1]["epoch"]), per_epoch / train_rows)
+
+
+@dataclass
+class JobBudget:
+    """The job's clock and its estimates (module doc).
+
+    Args:
+        exp: the experiment (``budget_s``, ``selection``, ``compression``, resources).
+        rows: training rows of the search (``train``), of cross-validation and the refit
+            (``pool``: train + validation).
+        slots: trainings that run at once.
+        clock: seconds, monotonic; ``t0`` is when the job started.
+    """
+
+    exp: Experiment
+    train_rows: int
+    pool_rows: int
+    slots: int
+    t0: float
+    clock: Callable[[], float] = time.monotonic
+    notes: list[str] = field(default_factory=list)
+    estimates: dict = field(default_factory=dict)
+    search_stopped_at_s: float | None = None
+
+    @property
+    def budget_s(self) -> float | None:
+        return self.exp.budget_s
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.clock() - self.t0
+
+    @property
+    def left_s(self) -> float:
+        return (self.budget_s or math.inf) - self.elapsed_s
+
+    # -- estimates ------------------------------------------------------------------------
+    def cv_s(self, cands: Sequence[Candidate], folds: int | None = None,
+             top_k: int | None = None) -> float:
+        sel = self.exp.selection
+        k = folds or sel.cv_folds
+        cands = list(cands)[: top_k or sel.top_k]
+        rows = self.pool_rows * (k - 1) / k
+        jobs = [c.epochs * rows * c.s_per_row_epoch + TASK_S
+                for c in cands for _ in range(k * sel.cv_repeats)]
+        return _parallel(jobs, self.slots)
+
+    def refit_s(self, winner: Candidate) -> float:
+        return winner.epochs * self.pool_rows * winner.s_per_row_epoch + TASK_S
+
+    def compression_s(self, winner: Candidate, comp=None) -> float:
+        comp = comp or self.exp.compression
+        if not comp.enabled or not comp.stages:
+            return 0.0
+        epochs = winner.epochs + sum(_stage_epochs(s) for s in comp.stages)
+        return (epochs * self.train_rows * winner.s_per_row_epoch
+                + STAGE_S * (len(comp.stages) + 2))
+
+    def later_s(self, cands: Sequence[Candidate]) -> float:
+        """Estimated seconds of everything after the sweep, :data:`SAFETY` included."""
+        if not cands:
+            return 0.0
+        w = cands[0]
+        parts = {"cv": self.cv_s(cands), "refit": self.refit_s(w),
+                 "compression": self.compression_s(w), "publish": PUBLISH_S}
+        self.estimates = {k: round(v * SAFETY, 1) for k, v in parts.items()}
+        return sum(parts.values()) * SAFETY
+
+    def search_over(self, cands: Sequence[Candidate]) -> bool:
+        """Whether the sweep must end now for the later stages to fit the budget."""
+        if self.budget_s is None or self.search_stopped_at_s is not None:
+            return self.search_stopped_at_s is not None
+        if self.elapsed_s + self.later_s(cands) < self.budget_s:
+            return False
+        self.search_stopped_at_s = round(self.elapsed_s, 1)
+        return True
+
+    # -- shrinking ------------------------------------------------------------------------
+    def fit_cv(self, cands: Sequence[Candidate]) -> tuple[int, int]:
+        """``(top_k, cv_folds)`` that fit what is left after the refit and compression;
+        the spec's own when they fit or there is no budget. Says so when it shrinks."""
+        sel = self.exp.selection
+        top_k, folds = min(sel.top_k, len(cands)), sel.cv_folds
+        if self.budget_s is None or not cands:
+            return top_k, folds
+        rest = (self.refit_s(cands[0]) + self.compression_s(cands[0]) + PUBLISH_S) * SAFETY
+        room = self.left_s - rest
+        before = (top_k, folds)
+        while self.cv_s(cands, folds, top_k) * SAFETY > room and (top_k > 2 or folds > 2):
+            if top_k > 2:
+                top_k -= 1
+            else:
+                folds -= 1
+        if (top_k, folds) != before:
+            self.notes.append(
+                f"budget cv shrunk from {before[0]} candidates x {before[1]} folds to {top_k} "
+                f"x {folds} to fit budget_s {self.budget_s:.0f} (estimate "
+                f"{self.cv_s(cands, folds, top_k) * SAFETY:.0f} s, {max(room, 0):.0f} s left "
+                "for it)")
+        return top_k, folds
+
+    def fit_compression(self, winner: Candidate):
+        """The compression section with its training epochs scaled down (at least 1) to fit
+        what is left, or the spec's own. Says so when it shrinks."""
+        comp = self.exp.compression
+        if self.budget_s is None or not comp.enabled or not comp.stages:
+            return comp
+        room = self.left_s - PUBLISH_S * SAFETY
+        need = self.compression_s(winner) * SAFETY
+        if need <= room:
+            return comp
+        fixed = (winner.epochs * self.train_rows * winner.s_per_row_epoch
+                 + STAGE_S * (len(comp.stages) + 2)) * SAFETY
+        scale = max(0.0, (room - fixed) / max(need - fixed, 1e-9))
+        stages = [_scaled(s, scale) for s in comp.stages]
+        shrunk = comp.model_copy(update={"stages": stages})
+        self.notes.append(
+            f"budget compression training epochs scaled by {scale:.2f} (at least 1 each) to "
+            f"fit budget_s {self.budget_s:.0f} (estimate {need:.0f} s, {max(room, 0):.0f} s "
+            "left)")
+        return shrunk
+
+    def record(self, wall_s: float | None = None) -> dict:
+        """The ``budget`` section of ``summary.json``."""
+        wall = self.elapsed_s if wall_s is None else wall_s
+        return {"budget_s": self.budget_s, "wall_time_s": round(wall, 1),
+                "within": None if self.budget_s is None else wall <= self.budget_s,
+                "search_stopped_at_s": self.search_stopped_at_s,
+                "estimates_s": self.estimates, "shrunk": list(self.notes)}
+
+
+def _parallel(jobs: list[float], slots: int) -> float:
+    """Wall seconds of ``jobs`` run longest first on ``slots`` (list scheduling)."""
+    ends = [0.0] * max(1, slots)
+    for j in sorted(jobs, reverse=True):
+        i = ends.index(min(ends))
+        ends[i] += j
+    return max(ends)
+
+
+def _stage_epochs(s) -> int:
+    return int(getattr(s, "epochs", 0) or getattr(s, "fine_tune_epochs", 0) or 0)
+
+
+def _scaled(s, scale: float):
+    for key in ("epochs", "fine_tune_epochs"):
+        n = getattr(s, key, None)
+        if n:
+            return s.model_copy(update={key: max(1, int(n * scale))})
+    return s

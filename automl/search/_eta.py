@@ -1,0 +1,88 @@
+"""The sweep's ETA: the wall seconds still to go, from measured epoch times and the epochs
+the rung policy is still expected to grant.
+
+Pure: no Ray, no clock of its own. Model (a trial's slot time is its epochs plus a fixed
+cost per trial):
+
+* ``s`` = measured seconds per epoch (training steps + validation, the trials' own
+  ``train_time_s + eval_time_s``), ``o`` = the rest of the slot time used so far
+  (``elapsed x slots - epochs x s``) per trial started: start-up, gaps, reporting;
+* a trial at epoch ``e`` of ``target`` runs to the next rung surely and past each rung
+  ``r`` with the rate at which trials judged there continued (with a prior of
+  ``1/reduction_factor``, Li et al. 2020's promotion rate, worth :data:`PRIOR` trials);
+  a trial not yet started starts at 0 with the mean target of those that did;
+* ETA = (expected epochs x ``s`` + trials not yet started x ``o``) / slots, capped by
+  what ``search.time_budget_s`` leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+#: weight, in trials, of the 1/reduction_factor prior on a rung's continue rate
+PRIOR = 3.0
+
+
+def expected_epochs(start: int, target: int, rungs: Sequence[int],
+                    rate: Callable[[int], float]) -> float:
+    """Expected further epochs of a trial now at epoch ``start`` (0: not started) that
+    runs ``target`` epochs unless a rung stops it; it passes rung ``r`` (``start < r <
+    target``) with probability ``rate(r)``."""
+    if target <= start:
+        return 0.0
+    out, alive, at = 0.0, 1.0, start
+    for r in [r for r in sorted(rungs) if start < r < target] + [target]:
+        out += alive * (r - at)
+        at = r
+        if r < target:
+            alive *= rate(r)
+    return out
+
+
+@dataclass(frozen=True)
+class TrialState:
+    """What the ETA needs of one trial: ``epoch`` reached, its ``target`` epochs, and
+    whether it has ``ended``."""
+
+    epoch: int
+    target: int
+    ended: bool
+
+
+def sweep_eta(trials: Sequence[TrialState], total: int, *, rungs: Sequence[int],
+              passed: Mapping[int, tuple[int, int]], reduction_factor: float | None,
+              epoch_s: float, elapsed_s: float, slots: int, epochs_done: int,
+              time_budget_s: float | None = None) -> float | None:
+    """Seconds still to go of a sweep of ``total`` trials (module doc), or None before
+    any epoch was measured.
+
+    Args:
+        trials: the trials started so far (ended or running).
+        rungs: epochs at which the policy judges (empty: no early stopping).
+        passed: ``{rung epoch: (continued, judged)}`` so far.
+        reduction_factor: the policy's, for the prior (None: no early stopping).
+        epoch_s: measured seconds per epoch (training + validation).
+        elapsed_s: wall seconds of the sweep so far (this session).
+        slots: trials that run at once.
+        epochs_done: epochs reported in this session (``elapsed_s`` paid for them).
+    """
+    if epochs_done <= 0 or epoch_s <= 0 or slots <= 0:
+        return None
+
+    def rate(r: int) -> float:
+        prior = 1.0 / reduction_factor if reduction_factor else 1.0
+        cont, judged = passed.get(r, (0, 0))
+        return (cont + PRIOR * prior) / (judged + PRIOR)
+
+    started = len(trials)
+    running = [t for t in trials if not t.ended]
+    left = max(0, total - started)
+    mean_target = (sum(t.target for t in trials) / started) if started else 0.0
+    epochs = sum(expected_epochs(t.epoch, t.target, rungs, rate) for t in running)
+    epochs += left * expected_epochs(0, round(mean_target), rungs, rate)
+    overhead = max(0.0, elapsed_s * slots - epochs_done * epoch_s) / max(started, 1)
+    eta = (epochs * epoch_s + left * overhead) / slots
+    if time_budget_s is not None:
+        eta = min(eta, max(0.0, time_budget_s - elapsed_s))
+    return eta

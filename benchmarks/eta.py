@@ -1,0 +1,137 @@
+"""7. The sweep's ETA. The digits search of ``search_spaces/resnet.yaml`` (40 trials;
+quick: 4), its search stage alone (``automl.search.run_search``), once per seed (5;
+quick: 1) on one local Ray instance in a fresh process. A sink records the ETA the sweep
+shows (``SweepView.eta_s``, ``automl.search._eta``) at every trial event; the figure is
+the ETA at the first event a third of the way through the sweep's wall time, against the
+time that really remained. Goal: within 25% for every seed.
+
+Run as ``python -m benchmarks --only eta``; the sweeps run in
+``python -m benchmarks.eta sweeps`` (a fresh process, one Ray start for all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from benchmarks._common import Goal, Result, Table, run_python, tail
+
+NAME = "eta"
+TITLE = "Sweep ETA a third of the way through vs the real remaining time"
+SEEDS = {True: [0], False: [0, 1, 2, 3, 4]}
+TRIALS = {True: 4, False: 40}
+
+
+class EtaLog:
+    """A ``TrialSink`` keeping ``(elapsed_s, eta_s, done)`` of every event."""
+
+    def __init__(self):
+        self.points: list[tuple[float, float | None, int]] = []
+
+    def _add(self, sweep) -> None:
+        self.points.append((sweep.elapsed_s, sweep.eta_s, sweep.done))
+
+    def start(self, trial, sweep) -> None:
+        self._add(sweep)
+
+    def log(self, trial, row, sweep) -> None:
+        self._add(sweep)
+
+    def finish(self, trial, sweep) -> None:
+        self._add(sweep)
+
+    def close(self, sweep) -> None:
+        self._add(sweep)
+
+
+def at_third(points: list[tuple[float, float | None, int]]) -> dict:
+    """The ETA at the first event at or past a third of the sweep's wall time (the last
+    event's elapsed) and the error against the time that really remained."""
+    end = points[-1][0]
+    for elapsed, eta, _ in points:
+        if elapsed >= end / 3 and eta is not None:
+            real = end - elapsed
+            return {"wall_s": round(end, 2), "at_s": round(elapsed, 2), "eta_s": round(eta, 2),
+                    "real_s": round(real, 2),
+                    "error": round((eta - real) / real, 4) if real > 0 else None}
+    return {"wall_s": round(end, 2), "at_s": None, "eta_s": None, "real_s": None,
+            "error": None}
+
+
+def sweeps(quick: bool, out: Path) -> None:
+    """In this process: one sweep per seed, the ETA series of each to ``out``."""
+    from rich.console import Console
+
+    from automl import cluster
+    from automl.search import run_search
+    from automl.search._trainable import TrialData
+    from benchmarks._orch_tools import load_arrays, make_experiment
+
+    handle = cluster.connect(num_cpus=2, object_store_mb=200, dashboard_port=0)
+    figures = {}
+    try:
+        for seed in SEEDS[quick]:
+            work = Path(tempfile.mkdtemp(prefix=f"bench-eta-{seed}-"))
+            exp = make_experiment(TRIALS[quick], quick, str(work / "runs"), 2,
+                                  {"search.seed": seed})
+            (X_tr, y_tr), (X_val, y_val), shape, classes = load_arrays(exp)
+            log = EtaLog()
+            result = run_search(exp, TrialData(X_tr, y_tr, X_val, y_val, shape, classes),
+                                work / "run", cluster.admit_trials(exp.resources),
+                                Console(quiet=True), sinks=[log])
+            figures[str(seed)] = {**at_third(log.points), "trials": len(result.trials),
+                                  "points": log.points}
+    finally:
+        cluster.shutdown(handle)
+    out.write_text(json.dumps(figures))
+
+
+def run(quick: bool, ctx: dict) -> Result:
+    res = Result(NAME, TITLE, settings={"trials": TRIALS[quick], "spec": "resnet.yaml",
+                                        "slots": 2},
+                 seeds={"search.seed": SEEDS[quick]})
+    work = Path(tempfile.mkdtemp(prefix="bench-eta-"))
+    out, log = work / "eta.json", work / "eta.log"
+    code, wall = run_python(["-m", "benchmarks.eta", "sweeps", "--out", str(out)]
+                            + (["--quick"] if quick else []), log, 900 if quick else 3600)
+    if code != 0 or not out.exists():
+        raise RuntimeError(f"the sweeps exited with {code}: {tail(log)}")
+    figs = json.loads(out.read_text())
+    rows, errors = [], []
+    for seed, f in figs.items():
+        rows.append([seed, f["trials"], f["wall_s"], f["at_s"], f["eta_s"], f["real_s"],
+                     f["error"]])
+        if f["error"] is not None:
+            errors.append(f["error"])
+    res.tables.append(Table("per seed", ["seed", "trials", "sweep wall (s)", "at (s)",
+                                         "ETA (s)", "real remaining (s)", "error"], rows))
+    ok = bool(errors) and len(errors) == len(figs) and all(abs(e) <= 0.25 for e in errors)
+    res.goals.append(Goal(
+        f"ETA at 1/3 within 25% of the real remaining time, {len(figs)} seed(s)",
+        ", ".join(f"{e:+.0%}" for e in errors) + (
+            f" (median |error| {statistics.median(abs(e) for e in errors):.0%})"
+            if errors else ""), None if quick else ok))
+    res.data = {"per_seed": {s: {k: v for k, v in f.items() if k != "points"}
+                             for s, f in figs.items()},
+                "series": {s: f["points"] for s, f in figs.items()},
+                "process_wall_s": round(wall, 2)}
+    res.notes.append("ETA model: automl.search._eta (measured seconds per epoch, slot time "
+                     "outside epochs per trial, each rung's measured continue rate with a "
+                     "1/reduction_factor prior worth 3 trials).")
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("sweeps",))
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    sweeps(args.quick, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The job's progress, ETA and budget, without Ray: the sweep's ETA model, the stage
+progress lines, and the job budget's estimates and shrinking."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from automl._progress import StageProgress, eta_text
+from automl.budget import Candidate, JobBudget, _parallel, candidate_of
+from automl.search import RungPolicy
+from automl.search._adapters import BudgetStopper
+from automl.search._eta import TrialState, expected_epochs, sweep_eta
+from automl.spec import Experiment
+
+
+def test_expected_epochs_follow_the_rungs():
+    half = lambda r: 0.5  # noqa: E731
+    # rungs 1 and 3, target 9: 1 epoch surely, 2 more with p 0.5, 6 more with p 0.25
+    assert expected_epochs(0, 9, [1, 3, 9], half) == pytest.approx(1 + 0.5 * 2 + 0.25 * 6)
+    assert expected_epochs(3, 9, [1, 3, 9], half) == 6  # judged at 3 already: runs on
+    assert expected_epochs(4, 4, [1, 3], half) == 0
+    assert expected_epochs(0, 4, [], half) == 4  # no early stopping
+
+
+def test_sweep_eta_counts_running_and_unstarted_trials_and_overhead():
+    # one ended, two running (at epochs 3 and 1), one not started; 9 epochs each
+    trials = [TrialState(1, 9, True), TrialState(3, 9, False), TrialState(1, 9, False)]
+    eta = sweep_eta(trials, 4, rungs=[1, 3], passed={1: (1, 2), 3: (0, 1)},
+                    reduction_factor=3.0, epoch_s=1.0, elapsed_s=10.0, slots=1, epochs_done=5)
+    p1 = (1 + 3 / 3) / (2 + 3)      # continue rate at rung 1 with the 1/3 prior worth 3
+    p3 = (0 + 3 / 3) / (1 + 3)
+    running = 6 + (2 + p3 * 6)      # past every rung; at rung 1, judged at 3 next
+    one_new = 1 + p1 * 2 + p1 * p3 * 6
+    overhead = (10.0 - 5) / 3       # slot time not in epochs, per trial started
+    assert eta == pytest.approx(running + one_new + overhead)
+    capped = sweep_eta(trials, 4, rungs=[1, 3], passed={}, reduction_factor=3.0, epoch_s=1.0,
+                       elapsed_s=10.0, slots=1, epochs_done=5, time_budget_s=12.0)
+    assert capped == 2.0
+    assert sweep_eta([], 4, rungs=[], passed={}, reduction_factor=None, epoch_s=1.0,
+                     elapsed_s=0.0, slots=2, epochs_done=0) is None
+
+
+def test_policy_counts_who_continued_at_each_rung():
+    p = RungPolicy(1, 2, 4)
+    p.replay([("a", 1, 0.5), ("b", 1, 0.9), ("c", 1, 0.1), ("b", 2, 0.95)])
+    assert p.pass_counts() == {1: (2, 3), 2: (1, 1)}  # c stopped at 1
+
+
+def test_stage_progress_prints_a_line_per_step_off_a_terminal():
+    buf = io.StringIO()
+    now = [0.0]
+    seen = []
+    bar = StageProgress(Console(file=buf, width=200), "cv", 4, work=8, eta_s=30.0,
+                        publish=lambda *a: seen.append(a), clock=lambda: now[0])
+    assert bar.eta_s == 30.0  # before any step: the estimate given
+    now[0] = 5.0
+    bar.step("trial 3 fold 1: accuracy 0.9900", work=2)
+    assert bar.eta_s == pytest.approx(5.0 / 2 * 6)  # 2 of 8 epochs in 5 s
+    bar.close()
+    line = buf.getvalue().strip()
+    assert line == "cv     1/4  elapsed 5s  eta 15s  trial 3 fold 1: accuracy 0.9900"
+    assert seen[0] == ("cv", 0, 4, 30.0) and seen[-1] == ("cv", 1, 4, 0.0)
+    assert eta_text(None) == "-" and eta_text(245.4) == "4m05s" and eta_text(59.6) == "1m00s"
+
+
+def _budget(spec: dict, now: list[float]) -> JobBudget:
+    exp = Experiment.model_validate(spec)
+    return JobBudget(exp, train_rows=1000, pool_rows=1400, slots=2, t0=0.0,
+                     clock=lambda: now[0])
+
+
+def test_cv_shrinks_to_fit_what_the_budget_leaves_and_says_so():
+    now = [0.0]
+    b = _budget({"budget_s": 400, "selection": {"top_k": 5, "cv_folds": 5}}, now)
+    cands = [Candidate(10, 1e-3)] * 5  # 10 epochs x 1,120 rows x 1 ms + 1.5 s: 12.7 s a fold
+    assert b.fit_cv(cands) == (5, 5) and b.notes == []  # 25 folds on 2 slots: ~190 s
+    now[0] = 300.0  # 100 s left: they no longer fit
+    top_k, folds = b.fit_cv(cands)
+    assert (top_k, folds) < (5, 5) and top_k >= 2 and folds >= 2
+    assert b.cv_s(cands, folds, top_k) * 1.15 <= b.left_s or (top_k, folds) == (2, 2)
+    assert b.notes and b.notes[-1].startswith("budget cv shrunk from 5 candidates x 5 folds")
+    free = _budget({"selection": {"top_k": 5, "cv_folds": 5}}, now)  # no budget_s
+    assert free.fit_cv(cands) == (5, 5) and free.notes == []
+
+
+def test_the_search_ends_when_the_later_stages_would_not_fit():
+    now = [0.0]
+    b = _budget({"budget_s": 100, "selection": {"top_k": 2, "cv_folds": 2}}, now)
+    cands = [Candidate(10, 1e-3), Candidate(10, 1e-3)]
+    later = b.later_s(cands)
+    assert 0 < later < 100 and set(b.estimates) == {"cv", "refit", "compression", "publish"}
+    now[0] = 100 - later - 1
+    assert not b.search_over(cands)
+    now[0] = 100 - later + 1
+    assert b.search_over(cands) and b.search_stopped_at_s == pytest.approx(now[0], abs=0.1)
+    rec = b.record(wall_s=99.0)
+    assert rec["within"] is True and rec["budget_s"] == 100
+
+
+def test_compression_epochs_scale_down_to_fit():
+    now = [0.0]
+    stages = [{"stage": "distill", "student": {"family": "resnet", "width": 4, "depth": 1},
+               "epochs": 40}, {"stage": "prune", "fine_tune_epochs": 20}]
+    b = _budget({"budget_s": 60, "compression": {"enabled": True, "stages": stages}}, now)
+    w = Candidate(10, 1e-3)  # 1 s an epoch on 1,000 rows: 70 epochs = 70 s
+    now[0] = 20.0
+    comp = b.fit_compression(w)
+    assert 1 <= comp.stages[0].epochs < 40 and 1 <= comp.stages[1].fine_tune_epochs < 20
+    assert b.notes[-1].startswith("budget compression training epochs scaled by")
+    assert _budget({"compression": {"enabled": True, "stages": stages}}, now) \
+        .fit_compression(w).stages[0].epochs == 40  # no budget: unchanged
+
+
+def test_helpers():
+    assert _parallel([4, 3, 3, 2], 2) == 6
+    assert candidate_of([], 4, 100) is None
+    c = candidate_of([{"epoch": 1, "train_time_s": 0.2, "eval_time_s": 0.05},
+                      {"epoch": 2, "train_time_s": 0.3, "eval_time_s": 0.05}], 6, 100)
+    assert c.epochs == 6 and c.s_per_row_epoch == pytest.approx(0.3 / 100)
+
+
+def test_budget_stopper_asks_at_most_once_a_second_and_stays_stopped():
+    now, calls = [0.0], []
+
+    def over():
+        calls.append(now[0])
+        return now[0] >= 2.0
+
+    s = BudgetStopper(over, every_s=1.0, clock=lambda: now[0])
+    assert not s.stop_all() and not s.stop_all() and len(calls) == 1
+    now[0] = 2.5
+    assert s.stop_all() and s.stop_all() and len(calls) == 2
+    assert s("trial", {}) is False
