@@ -39,13 +39,16 @@ class StageProgress:
         eta_s: an estimate before the first step finishes (e.g. from the sweep's measured
             cost per epoch), or None.
         publish: the figures go there too, at each step.
+        slots: steps that run at once: until that many have finished, the measured rate
+            says little (the first ones carry the workers' start), so ``eta_s`` is used.
         clock: seconds, monotonic.
     """
 
     def __init__(self, console: Console, stage: str, total: int, work: float | None = None,
                  eta_s: float | None = None, publish: Publish | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 slots: int = 1, clock: Callable[[], float] = time.monotonic):
         self.console, self.stage, self.total = console, stage, int(total)
+        self.slots = max(1, int(slots))
         self.work = float(work) if work is not None else float(total)
         self.done, self.work_done = 0, 0.0
         self.first_eta, self.publish, self.clock = eta_s, publish, clock
@@ -62,9 +65,11 @@ class StageProgress:
 
     @property
     def eta_s(self) -> float | None:
-        """Seconds still to go: measured rate when work is done, else the first estimate
-        less the time spent."""
+        """Seconds still to go: the measured rate once ``slots`` steps are done, else the
+        first estimate less the time spent."""
         left = max(0.0, self.work - self.work_done)
+        if self.first_eta is not None and self.done < self.slots:
+            return max(0.0, self.first_eta - self.elapsed_s)
         if self.work_done > 0:
             return self.elapsed_s / self.work_done * left
         if self.first_eta is not None:

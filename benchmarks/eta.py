@@ -78,6 +78,7 @@ def sweeps(quick: bool, out: Path) -> None:
             exp = make_experiment(TRIALS[quick], quick, str(work / "runs"), 2,
                                   {"search.seed": seed})
             (X_tr, y_tr), (X_val, y_val), shape, classes = load_arrays(exp)
+            (work / "run").mkdir(parents=True)
             log = EtaLog()
             result = run_search(exp, TrialData(X_tr, y_tr, X_val, y_val, shape, classes),
                                 work / "run", cluster.admit_trials(exp.resources),

@@ -105,8 +105,8 @@ def test_compression_epochs_scale_down_to_fit():
     stages = [{"stage": "distill", "student": {"family": "resnet", "width": 4, "depth": 1},
                "epochs": 40}, {"stage": "prune", "fine_tune_epochs": 20}]
     b = _budget({"budget_s": 60, "compression": {"enabled": True, "stages": stages}}, now)
-    w = Candidate(10, 1e-3)  # 1 s an epoch on 1,000 rows: 70 epochs = 70 s
-    now[0] = 20.0
+    w = Candidate(10, 1e-3)  # teacher: 1 s an epoch; the student 0.3 s: 60 epochs = 18 s
+    now[0] = 40.0  # 20 s left; the chain needs (18 + 4 x 2 s) x 1.15 = 30 s
     comp = b.fit_compression(w)
     assert 1 <= comp.stages[0].epochs < 40 and 1 <= comp.stages[1].fine_tune_epochs < 20
     assert b.notes[-1].startswith("budget compression training epochs scaled by")

@@ -111,7 +111,7 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
                   f"{threads} thread(s)", highlight=False)
     work = stage_work(comp)
     cost = dict(work)
-    bar = StageProgress(console, "compress", 2 + len(work),
+    bar = StageProgress(console, "compress", 3 + len(work),
                         work=cfg.epochs + sum(cost.values()) + 1, eta_s=eta_s, publish=publish)
     try:
         torch.set_num_threads(threads)

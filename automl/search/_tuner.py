@@ -104,10 +104,11 @@ def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
         trials = [TrialState(t.rows[-1]["epoch"] if t.rows else 0, t.target or 0,
                              t.end is not None)
                   for t in ledger.trials.values() if t.started or t.end is not None]
+        elapsed = ledger.clock() - ledger.t0
         return sweep_eta(trials, ledger.total, rungs=rungs,
                          passed=policy.pass_counts() if policy is not None else {},
                          reduction_factor=rf, epoch_s=epoch_s,
-                         elapsed_s=ledger.clock() - ledger.t0, slots=slots,
+                         elapsed_s=elapsed, slots=slots,
                          epochs_done=ledger.epochs, time_budget_s=time_budget_s)
 
     return eta

@@ -203,7 +203,8 @@ def cross_validate(
     epochs = {c.trial_id: int(c.config.get("epochs", 1)) for c in candidates}
     todo = [(c.trial_id, i) for c in candidates for i in range(n) if (c.trial_id, i) not in results]
     bar = StageProgress(console or Console(quiet=True), "cv", len(todo),
-                        work=sum(epochs[t] for t, _ in todo), eta_s=eta_s, publish=publish)
+                        work=sum(epochs[t] for t, _ in todo), eta_s=eta_s, publish=publish,
+                        slots=admission.max_concurrent)
 
     def log_fold(key, result) -> None:
         if folds_log is not None:
