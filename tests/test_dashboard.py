@@ -1,6 +1,7 @@
 """``automl dashboard RUN_DIR`` during a running sweep: optuna-dashboard (read-only on
 ``study.db``) shows the trials as they come, while the sweep writes to the same SQLite
-file and ends normally (optuna-dashboard#545, optuna#820). Both run as a user runs them:
+file and ends normally (optuna-dashboard#545, optuna#820); the sweep's piped output has
+its progress lines with the ETA. Both run as a user runs them:
 ``automl search`` and ``automl dashboard`` in processes of their own; every wait is
 bounded."""
 
@@ -84,6 +85,10 @@ def test_dashboard_shows_a_running_sweep_and_the_sweep_ends_normally(tmp_path):
         out, _ = sweep.communicate(timeout=300)
         assert sweep.returncode == 0, out[-3000:]
         assert "database is locked" not in out
+        # piped, so a line per event, each with done/total and an ETA (issue 16)
+        assert re.search(r"^  trial \d+ .*\[\d+/10, eta (\d+s|\d+m\d\ds|-)\]$", out, re.M), out
+        assert re.search(r"^cv     1/\d+  elapsed \d+s  eta ", out, re.M), out
+        assert re.search(r"^refit  1/1  elapsed \d+s  eta 0s  trial \d+ on \d+ rows", out, re.M)
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["trials"]["total"] == 10 and summary["trials"]["failed"] == 0
         assert max(seen) >= 1 and seen == sorted(seen)  # live: trials appeared as they came
