@@ -35,16 +35,23 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _optuna_plot(fn, study: optuna.Study, path: Path, tweak=None, **kw) -> Path:
+def call_optuna(fn, study: optuna.Study, **kw):
+    """``fn(study, **kw)``, one of Optuna's plot functions (matplotlib or plotly), with
+    its experimental-feature warnings off. Raises :class:`Skip` when the study has fewer
+    than 2 finished trials or Optuna cannot draw it (e.g. no parameter varies)."""
     finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     if len(finished) < 2:
         raise Skip(f"{len(finished)} finished trial(s) in the study; need at least 2")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         try:
-            ax = fn(study, **kw)
-        except (ValueError, RuntimeError) as e:  # e.g. no parameter varies
+            return fn(study, **kw)
+        except (ValueError, RuntimeError) as e:
             raise Skip(f"optuna could not draw it: {e}") from None
+
+
+def _optuna_plot(fn, study: optuna.Study, path: Path, tweak=None, **kw) -> Path:
+    ax = call_optuna(fn, study, **kw)
     fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
     fig.set_size_inches(max(fig.get_size_inches()[0], 8), 4.5)
     if tweak is not None:

@@ -10,12 +10,11 @@ function returns a ``plotly.graph_objects.Figure`` or raises :class:`Skip` with 
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import optuna
 
-from automl.report._figures import END_COLOURS, Skip, label_groups, short_names
+from automl.report._figures import END_COLOURS, Skip, call_optuna, label_groups, short_names
 
 #: colours of the trials ASHA stopped, one per stopping epoch (rung), in rung order
 RUNG_COLOURS = ("#542788", "#8073ac", "#b35806", "#e08214", "#fdb863", "#2d004b")
@@ -31,20 +30,8 @@ def _short(name: str) -> str:
     return name
 
 
-def _finished(study: optuna.Study, need: int = 2) -> None:
-    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    if len(done) < need:
-        raise Skip(f"{len(done)} finished trial(s) in the study; need at least {need}")
-
-
 def _optuna(fn, study: optuna.Study, **kw):
-    _finished(study)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        try:
-            fig = fn(study, **kw)
-        except (ValueError, RuntimeError) as e:  # e.g. no parameter varies
-            raise Skip(f"optuna could not draw it: {e}") from None
+    fig = call_optuna(fn, study, **kw)
     fig.update_layout(height=HEIGHT, template="plotly_white")
     return fig
 
