@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from automl.models._encoder import encode, encoder_stack, feed_forward_width
 from automl.models.init import check_float, check_int, check_shape
 
 
@@ -53,11 +54,7 @@ class Transformer1d(nn.Module):
         dropout = check_float("dropout", dropout, 0.0, 1.0, high_open=True)
         if patch_size > length:
             raise ValueError(f"patch_size {patch_size} is longer than the signal (L={length})")
-        if mlp_ratio <= 0:
-            raise ValueError(f"mlp_ratio must be in (0, 64]; got {mlp_ratio}")
-        if dim % heads:
-            raise ValueError(f"heads {heads} must divide dim {dim}")
-        hidden = max(1, round(dim * mlp_ratio))
+        hidden = feed_forward_width(dim, heads, mlp_ratio)
         num_patches = -(-length // patch_size)
         self.pad = nn.ConstantPad1d((0, num_patches * patch_size - length), 0.0)
         self.patch_embed = nn.Conv1d(c, dim, patch_size, stride=patch_size)
@@ -65,16 +62,7 @@ class Transformer1d(nn.Module):
         self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + 1, dim))
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         self.dropout = nn.Dropout(dropout)
-
-        def layer() -> nn.TransformerEncoderLayer:
-            return nn.TransformerEncoderLayer(
-                dim, heads, hidden, dropout, activation="gelu", batch_first=True, norm_first=True
-            )
-
-        self.encoder = nn.TransformerEncoder(layer(), 1, enable_nested_tensor=False)
-        # one layer deep-copied would start every layer identical: build each separately
-        self.encoder.layers = nn.ModuleList([layer() for _ in range(depth)])
-        self.encoder.num_layers = depth
+        self.encoder = encoder_stack(dim, heads, hidden, dropout, depth)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
 
@@ -82,12 +70,5 @@ class Transformer1d(nn.Module):
         tokens = self.patch_embed(self.pad(x)).transpose(1, 2)  # (B, N, dim)
         cls = self.cls_token.expand(tokens.shape[0], -1, -1)
         tokens = self.dropout(torch.cat([cls, tokens], dim=1) + self.pos_embed)
-        if torch.jit.is_tracing() and torch.backends.mha.get_fastpath_enabled():
-            torch.backends.mha.set_fastpath_enabled(False)
-            try:
-                tokens = self.encoder(tokens)
-            finally:
-                torch.backends.mha.set_fastpath_enabled(True)
-        else:
-            tokens = self.encoder(tokens)
+        tokens = encode(self.encoder, tokens)
         return self.head(self.norm(tokens[:, 0]))  # (B, K)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from automl.models._encoder import encode, encoder_stack, feed_forward_width
 from automl.models.init import check_float, check_int, check_shape
 
 
@@ -60,28 +61,14 @@ class ViT(nn.Module):
         dropout = check_float("dropout", dropout, 0.0, 1.0, high_open=True)
         if h % patch_size or w % patch_size:
             raise ValueError(f"patch_size {patch_size} must divide H={h} and W={w}")
-        if mlp_ratio <= 0:
-            raise ValueError(f"mlp_ratio must be in (0, 64]; got {mlp_ratio}")
-        if dim % heads:
-            raise ValueError(f"heads {heads} must divide dim {dim}")
-        hidden = max(1, round(dim * mlp_ratio))
+        hidden = feed_forward_width(dim, heads, mlp_ratio)
         num_tokens = (h // patch_size) * (w // patch_size) + 1
         self.patch_embed = nn.Conv2d(c, dim, patch_size, stride=patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, num_tokens, dim))
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         self.dropout = nn.Dropout(dropout)
-
-        def layer() -> nn.TransformerEncoderLayer:
-            return nn.TransformerEncoderLayer(
-                dim, heads, hidden, dropout, activation="gelu", batch_first=True, norm_first=True
-            )
-
-        self.encoder = nn.TransformerEncoder(layer(), 1, enable_nested_tensor=False)
-        # TransformerEncoder deep-copies one layer, so every layer would start identical;
-        # build each layer separately so each gets its own PyTorch default init.
-        self.encoder.layers = nn.ModuleList([layer() for _ in range(depth)])
-        self.encoder.num_layers = depth
+        self.encoder = encoder_stack(dim, heads, hidden, dropout, depth)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
 
@@ -89,12 +76,5 @@ class ViT(nn.Module):
         tokens = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, dim)
         cls = self.cls_token.expand(tokens.shape[0], -1, -1)
         tokens = self.dropout(torch.cat([cls, tokens], dim=1) + self.pos_embed)
-        if torch.jit.is_tracing() and torch.backends.mha.get_fastpath_enabled():
-            torch.backends.mha.set_fastpath_enabled(False)
-            try:
-                tokens = self.encoder(tokens)
-            finally:
-                torch.backends.mha.set_fastpath_enabled(True)
-        else:
-            tokens = self.encoder(tokens)
+        tokens = encode(self.encoder, tokens)
         return self.head(self.norm(tokens[:, 0]))
