@@ -23,6 +23,7 @@ from automl._io import write_json, write_text
 from automl._progress import StageProgress
 from automl.budget import JobBudget, candidate_of
 from automl.errors import DataError, ResourceError, RunError, SpecError
+from automl.search import Objectives, cv_candidates
 from automl.search._result import SearchResult
 from automl.selection._cv import CVResult
 from automl.spec import KIND_WORDS, Experiment, kind_mismatch
@@ -305,8 +306,9 @@ def run_main_job(
         target = next((s.sink.target for s in sinks if isinstance(getattr(s, "sink", None),
                                                                    WandbTrials)), target)
         write_json(run_dir / "trials.json", [t.to_dict() for t in result.trials])
-        top = result.ranked[: exp.selection.top_k]
-        leaderboard = [_row(t, result.metric) for t in top]
+        top = cv_candidates(result.ranked, result.pareto, Objectives.of(exp.search),
+                            exp.selection.top_k)
+        leaderboard = [_row(t, result.metric, result.objectives) for t in top]
         write_json(run_dir / "leaderboard.json", leaderboard)
         if result.best is None:
             raise RunError(f"no trial finished ({result.counts()}); see {run_dir}/trials.json",
@@ -322,6 +324,8 @@ def run_main_job(
         cv = stages.run("cv", lambda: _cross_validate(
             cv_exp, dataset, splits, top[:top_k], run_dir, console, publish,
             eta_s=budget.cv_s(cands, folds, top_k) if cands else None), load=CVResult.from_dict)
+        if cv.pareto:
+            print_front(console, cv.pareto)
         held: dict = {}  # the compression teacher trained beside the refit (not saved)
         refit = stages.run("refit", lambda: _refit(exp, dataset, splits, cv, result, run_dir,
                                                    console, publish, budget, held))
@@ -494,14 +498,14 @@ def search_sections(result: dict) -> dict:
                  "epochs": best.epochs_run, "val": best.metrics} if best else None,
         "trials": r.counts(),
         "search": {k: v for k, v in result.items() if k not in ("trials", "ranked")},
-        "leaderboard": [_row(t, r.metric) for t in r.ranked],  # cut to top_k by the caller
+        "leaderboard": [_row(t, r.metric, r.objectives) for t in r.ranked],  # cut to top_k by the caller
     }
 
 
 #: how each stage's saved result becomes sections of ``summary.json``
 SECTIONS = {
     "search": search_sections,
-    "cv": lambda r: {"cv": r},
+    "cv": lambda r: {"cv": r, **({"pareto": r["pareto"]} if r.get("pareto") else {})},
     "refit": lambda r: dict(r),
     "compression": lambda r: {"compression": r or None},
     "publish": lambda r: dict(r),
@@ -543,9 +547,12 @@ def read_json(path: Path) -> Any:
         return None
 
 
-def _row(t, metric: str) -> dict:
-    return {"trial_id": t.trial_id, metric: t.metrics.get(metric), "epochs": t.epochs_run,
-            "end_state": t.end_state, "params": t.params}
+def _row(t, metric: str, objectives=()) -> dict:
+    """A leaderboard row: the trial, its ``metric`` (and every other objective's value,
+    several objectives), epochs, end and sampled params."""
+    extra = {m: t.metrics.get(m) for m, _ in objectives if m != metric}
+    return {"trial_id": t.trial_id, metric: t.metrics.get(metric), **extra,
+            "epochs": t.epochs_run, "end_state": t.end_state, "params": t.params}
 
 
 def _check_kind(exp: Experiment, dataset) -> None:
@@ -576,6 +583,20 @@ def print_leaderboard(console: Console, rows: list[dict], metric: str) -> None:
         cfg = _params_text(r["params"], varying)
         table.add_row(str(i), r["trial_id"], f"{value:.4f}" if value is not None else "-",
                       str(r["epochs"]), r["end_state"], cfg)
+    console.print(table)
+
+
+def print_front(console: Console, rows: list[dict]) -> None:
+    """The cross-validated Pareto front (``cv.json`` ``pareto``) as a table: every
+    candidate's axes, whether it keeps the constraints, is on the front, or won."""
+    axes = list(rows[0]["objectives"]) if rows else []
+    table = Table(title="pareto front (cross-validated)", show_lines=False)
+    for col in ("trial", *axes, "feasible", "front"):
+        table.add_column(col, overflow="fold")
+    for r in sorted(rows, key=lambda r: (not r["on_front"], -list(r["objectives"].values())[0])):
+        table.add_row(r["trial_id"], *(f"{r['objectives'][a]:.4g}" for a in axes),
+                      "yes" if r["feasible"] else "no",
+                      "winner" if r["winner"] else "yes" if r["on_front"] else "-")
     console.print(table)
 
 

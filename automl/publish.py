@@ -210,7 +210,46 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
     win = reg.register(name, files, format=CHECKPOINT, lineage=lineage,
                        tracking=_tracking(target, chosen["trial_id"], name, ["best", sweep]),
                        card=card)
-    return [win, *register_compressed(reg, exp, run_dir, summary, win, target)]
+    front = register_front(reg, exp, run_dir, summary, win)
+    return [win, *register_compressed(reg, exp, run_dir, summary, win, target), *front]
+
+
+def register_front(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
+                   win: ModelVersion) -> list[ModelVersion]:
+    """Several objectives: every member of the cross-validated Pareto front
+    (``summary["pareto"]``) as a version of ``<registry.name>-pareto``, with its objective
+    values, whether it keeps the constraints, and tags in the lineage; the winner's
+    version there is its refit checkpoint and gets the alias ``winner``. The other
+    members hold their sweep checkpoint (trained on the training rows, at their last
+    epoch). Returns the new versions (none for one objective)."""
+    rows = [r for r in summary.get("pareto") or [] if r.get("on_front")]
+    if not rows:
+        return []
+    name = f"{exp.registry.name or exp.name}-pareto"
+    trials = {t["trial_id"]: t for t in read_trials(run_dir)}
+    base = _base_lineage(run_dir, summary)
+    out = []
+    for r in rows:
+        t = trials.get(r["trial_id"]) or {}
+        if r["winner"]:
+            src, kind = winner(summary)["checkpoint"], "refit on train + validation rows"
+        else:
+            found = sorted(Path(t.get("checkpoint") or "").glob("epoch_*.pt"))
+            src, kind = (str(found[-1]) if found else None), "sweep checkpoint (train rows)"
+        if not src or not Path(src).is_file():
+            continue
+        lineage = {**base, "kind": "pareto_member", "trial_id": r["trial_id"],
+                   "objectives": r["objectives"], "feasible": r["feasible"],
+                   "weights": kind, "params": t.get("params"), "config": t.get("config"),
+                   "winner": r["winner"], "winner_version": win.ref,
+                   "tags": ["pareto", *(["winner"] if r["winner"] else []),
+                            "feasible" if r["feasible"] else "infeasible"],
+                   "run_finished_at": now()}
+        v = reg.register(name, {"model.pt": src}, format=CHECKPOINT, lineage=lineage)
+        if r["winner"]:
+            v = reg.set_alias(v.ref, "winner")
+        out.append(v)
+    return out
 
 
 def register_compressed(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,

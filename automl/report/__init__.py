@@ -97,6 +97,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
         draw("param_importances", figs.param_importances, study)
         if len(study.directions) > 1:
             draw("pareto_front", figs.pareto_front, study)
+            draw("hypervolume_history", figs.hypervolume_history, study)
     draw("learning_curves", figs.learning_curves, trials, metric)
     if cv:
         draw("cv_scores", figs.cv_scores, cv)
@@ -112,8 +113,11 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
                                        "trial ended")]
     if "pareto_front" in drawn or "pareto_front" in divs:
         search_figs.insert(0, ("pareto_front", "Pareto front (Optuna)"))
+        search_figs.insert(1, ("hypervolume_history", "Hypervolume against trials (Optuna)"))
     sections = [("Overview", _overview(summary)),
                 ("Leaderboard (search)", _leaderboard(summary, metric)),
+                *([("Pareto front (cross-validated)", _front(summary))]
+                  if summary.get("pareto") else []),
                 ("Search", "".join(figure(n, c, files, skipped, divs) for n, c in search_figs))]
     if cv:
         rows = [[c["trial_id"], c["status"], c["mean"], c["std"], c["scores"], c["n_params"]]
@@ -151,6 +155,16 @@ def _overview(s: dict) -> str:
         ("data", f"{data.get('name')}: {data.get('rows')} rows, sha256 {data.get('sha256')}"),
         ("spec sha256", s.get("spec_sha256")),
     ])
+
+
+def _front(s: dict) -> str:
+    """The cross-validated front (``summary["pareto"]``): each candidate's axes, whether it
+    keeps the constraints, is on the front, or won."""
+    rows = s.get("pareto") or []
+    axes = list(rows[0]["objectives"]) if rows else []
+    return table(["trial", *axes, "feasible", "on front", "winner"],
+                 [[r["trial_id"], *(r["objectives"][a] for a in axes), r["feasible"],
+                   r["on_front"], r["winner"]] for r in rows])
 
 
 def _leaderboard(s: dict, metric: str) -> str:

@@ -118,6 +118,37 @@ def pareto_front(study: optuna.Study, path: Path) -> Path:
     return _optuna_plot(plot_pareto_front, study, path)
 
 
+def reference_point(study: optuna.Study) -> list[float]:
+    """A hypervolume reference point for ``study``: per objective, its worst value among
+    the completed trials moved a tenth of the observed range further (1.0 when all are
+    equal), so every completed trial adds volume.
+
+    Raises:
+        Skip: fewer than 2 completed trials.
+    """
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(done) < 2:
+        raise Skip(f"{len(done)} completed trial(s); need at least 2")
+    out = []
+    for i, d in enumerate(study.directions):
+        vals = [t.values[i] for t in done]
+        span = (max(vals) - min(vals)) or 1.0
+        out.append(min(vals) - 0.1 * span if d == optuna.study.StudyDirection.MAXIMIZE
+                   else max(vals) + 0.1 * span)
+    return out
+
+
+def hypervolume_history(study: optuna.Study, path: Path) -> Path:
+    """Hypervolume of the completed trials' front against trial number
+    (``plot_hypervolume_history``, reference point :func:`reference_point`)."""
+    from optuna.visualization.matplotlib import plot_hypervolume_history
+
+    if len(study.directions) < 2:
+        raise Skip("one objective: no hypervolume")
+    return _optuna_plot(plot_hypervolume_history, study, path,
+                        reference_point=reference_point(study))
+
+
 def curve_styles(trials: list[dict]) -> dict[str, tuple[str, Any, str]]:
     """``{trial_id: (legend label, colour, line style)}`` for the learning curves:
     completed trials solid green, failed ones solid red, trials ASHA stopped dashed in

@@ -14,7 +14,14 @@ from typing import Any
 
 import optuna
 
-from automl.report._figures import END_COLOURS, Skip, call_optuna, label_groups, short_names
+from automl.report._figures import (
+    END_COLOURS,
+    Skip,
+    call_optuna,
+    label_groups,
+    reference_point,
+    short_names,
+)
 
 #: colours of the trials ASHA stopped, one per stopping epoch (rung), in rung order
 RUNG_COLOURS = ("#542788", "#8073ac", "#b35806", "#e08214", "#fdb863", "#2d004b")
@@ -78,6 +85,16 @@ def pareto_front(study: optuna.Study):
     if len(study.directions) < 2:
         raise Skip("one objective: no Pareto front")
     return _optuna(plot_pareto_front, study)
+
+
+def hypervolume_history(study: optuna.Study):
+    """Hypervolume against trial number (``plot_hypervolume_history``; reference point:
+    :func:`automl.report._figures.reference_point`)."""
+    from optuna.visualization import plot_hypervolume_history
+
+    if len(study.directions) < 2:
+        raise Skip("one objective: no hypervolume")
+    return _optuna(plot_hypervolume_history, study, reference_point=reference_point(study))
 
 
 def _style(trials: list[dict]) -> dict[str, tuple[str, str, str]]:

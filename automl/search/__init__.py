@@ -8,12 +8,19 @@ trial events into ours for :class:`TrialSink` objects.
 
 Public API: :func:`run_search`, :class:`SearchResult`, :class:`TrialRecord`,
 :func:`make_sampler`, :func:`make_policy`, :class:`RungPolicy`, :class:`StudySearch`,
-:class:`TrialSink`, :class:`SweepView`, :class:`TrialLog`. Admission lives in
+:class:`TrialSink`, :class:`SweepView`, :class:`TrialLog`; several objectives:
+:class:`Objectives`, :func:`rank_trials`, :func:`pareto_of`, :func:`cv_candidates` and the
+front's geometry (:func:`non_dominated_sort`, :func:`pareto_front`, :func:`spread`,
+:func:`knee`, :func:`hypervolume`). Admission lives in
 :mod:`automl.cluster`.
 """
 
 from automl.search._asha import CONTINUE, STOP, RungPolicy, judged_at
+from automl.search._front import candidates as cv_candidates
+from automl.search._front import pareto_of, rank_trials
 from automl.search._ledger import SweepView, TrialLog, TrialSink, read_ledger
+from automl.search._objectives import Objectives
+from automl.search._pareto import hypervolume, knee, non_dominated_sort, pareto_front, spread
 from automl.search._policy import make_policy
 from automl.search._result import SearchResult, TrialRecord, end_state
 from automl.search._sampler import make_sampler
@@ -21,7 +28,8 @@ from automl.search._study import StudySearch
 from automl.search._tuner import run_search
 
 __all__ = [
-    "CONTINUE", "STOP", "RungPolicy", "SearchResult", "StudySearch", "SweepView", "TrialLog",
-    "TrialRecord", "TrialSink", "end_state", "judged_at", "make_policy", "make_sampler",
-    "read_ledger", "run_search",
+    "CONTINUE", "STOP", "Objectives", "RungPolicy", "SearchResult", "StudySearch", "SweepView",
+    "TrialLog", "TrialRecord", "TrialSink", "cv_candidates", "end_state", "hypervolume",
+    "judged_at", "knee", "make_policy", "make_sampler", "non_dominated_sort", "pareto_front",
+    "pareto_of", "rank_trials", "read_ledger", "run_search", "spread",
 ]

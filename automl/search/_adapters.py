@@ -17,6 +17,7 @@ from ray.tune.search import Searcher
 from ray.tune.stopper import Stopper
 
 from automl.search._asha import STOP, RungPolicy
+from automl.search._objectives import Objectives
 from automl.search._result import end_state
 from automl.search._study import StudySearch
 
@@ -52,14 +53,27 @@ class BudgetStopper(Stopper):
         return self._stopped
 
 
+def judge(policy: RungPolicy, objectives: Objectives, number, result: dict) -> str:
+    """``policy.on_report`` for one Tune result: its epoch, objective value(s) and, with
+    constraints, its total violation."""
+    value = objectives.value(result)
+    if objectives.constraints:
+        return policy.on_report(number, int(result["epoch"]), value,
+                                violation=objectives.violation(result))
+    return policy.on_report(number, int(result["epoch"]), value)
+
+
 class RungScheduler(FIFOScheduler):
     """Tune's ``TrialScheduler`` for a :class:`~automl.search._asha.RungPolicy`: each
-    result's ``epoch`` and ``metric`` go to :meth:`RungPolicy.on_report`, its "stop"
-    becomes ``TrialScheduler.STOP``; trials run in the order they were suggested."""
+    result's ``epoch`` and objective value(s) (:class:`Objectives`) go to
+    :meth:`RungPolicy.on_report`, its "stop" becomes ``TrialScheduler.STOP``; trials run
+    in the order they were suggested."""
 
-    def __init__(self, policy: RungPolicy, metric: str):
+    def __init__(self, policy: RungPolicy, objectives: Objectives | str):
         super().__init__()
-        self.policy, self._metric = policy, metric
+        if isinstance(objectives, str):  # one metric, judged in the policy's mode
+            objectives = Objectives((objectives,), (str(policy.mode),))
+        self.policy, self.objectives = policy, objectives
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
         return True  # metric and mode come from the spec, with the policy
@@ -67,8 +81,7 @@ class RungScheduler(FIFOScheduler):
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         if "epoch" not in result:
             return TrialScheduler.CONTINUE
-        decision = self.policy.on_report(trial_number(trial), int(result["epoch"]),
-                                         result.get(self._metric))
+        decision = judge(self.policy, self.objectives, trial_number(trial), result)
         return TrialScheduler.STOP if decision == STOP else TrialScheduler.CONTINUE
 
     def debug_string(self) -> str:
@@ -86,15 +99,18 @@ class StudySearcher(Searcher):
 
     Args:
         search: the study core.
-        metric, mode: the sweep's objective.
+        metric, mode: the sweep's (first) objective, as Tune is told.
         epochs_of: ``flat config -> the trial's own training.epochs``.
         note: called with one line for the console (e.g. the space is exhausted).
+        objectives: every objective and constraint (default: ``metric`` in ``mode``).
     """
 
     def __init__(self, search: StudySearch, metric: str, mode: str,
-                 epochs_of: Callable[[dict], int], note: Callable[[str], None] = print):
+                 epochs_of: Callable[[dict], int], note: Callable[[str], None] = print,
+                 objectives: Objectives | None = None):
         super().__init__(metric=metric, mode=mode)
         self.search, self._epochs_of, self._note = search, epochs_of, note
+        self.objectives = objectives or Objectives((metric,), (mode,))
         self._numbers: dict[str, int] = {}
         self._configs: dict[str, dict] = {}
 
@@ -112,7 +128,7 @@ class StudySearcher(Searcher):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         number = self._numbers.get(trial_id)
         if number is not None and "epoch" in result:
-            self.search.report(number, int(result["epoch"]), result.get(self.metric))
+            self.search.report(number, int(result["epoch"]), self.objectives.value(result))
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
@@ -126,12 +142,14 @@ class StudySearcher(Searcher):
             self.search.end(number, "failed")
             return
         state = end_state(epochs, self._epochs_of(config))
-        self.search.end(number, state, epochs, result.get(self.metric))
+        constraints = self.objectives.constraint_map(result) or None
+        self.search.end(number, state, epochs, self.objectives.value(result), constraints)
 
     def __getstate__(self) -> dict:
         # Tune pickles its config (this searcher too) into tuner.pkl; resume never reads
         # it, and the study's storage and the console stay with this process.
-        return {"_numbers": dict(self._numbers), "_metric": self._metric, "_mode": self._mode}
+        return {"_numbers": dict(self._numbers), "_metric": self._metric, "_mode": self._mode,
+                "objectives": self.objectives}
 
     def save(self, checkpoint_path: str) -> None:
         """Tune's snapshot of this searcher: the session's Tune ids -> trial numbers

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from automl.models import load_matching_weights
+from automl.models.cost import model_costs
 from automl.search._adapters import TRIAL_KEY
 from automl.search._checkpoints import TrialCheckpoints
 from automl.search._trial import checkpoint_epochs, guard_of
@@ -35,7 +36,7 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
     device = ray.train.torch.get_device()
     shard = Shard(ctx.get_world_rank(), ctx.get_world_size(), str(device),
                   exp.resources.precision)
-    set_threads(exp.resources.cpus_per_worker)
+    threads = set_threads(exp.resources.cpus_per_worker)
     data = ray.get(loop_config["data"].ref)
     train = tuple(t.to(device) for t in to_tensors(data.X_train, data.y_train))
     val = tuple(t.to(device) for t in to_tensors(data.X_val, data.y_val))
@@ -58,6 +59,8 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
     setup_s = time.perf_counter() - t_start
 
     place = {"world_size": shard.world, "worker_nodes": len(set(nodes))}
+    if exp.resources.strategy == "ddp":  # the module each rank holds whole (not FSDP's shards)
+        place.update(model_costs(unwrap(state.model), train[0][:1], threads=threads))
     if resumed is not None:  # where the trial stands, judged again (the same answer)
         ray.train.report({**resumed["metrics"], **place, "setup_s": setup_s,
                           "restored_from_epoch": state.epoch})

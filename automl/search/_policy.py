@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from automl.search._asha import RungPolicy
+from automl.search._objectives import Objectives
 from automl.spec import Experiment
 
 
 def make_policy(exp: Experiment) -> RungPolicy | None:
     """ASHA (Li et al. 2020) in epochs from ``exp.scheduler`` (``brackets`` > 1:
     asynchronous Hyperband, Li et al. 2018), judging ``search.metric`` in ``search.mode``
-    up to :attr:`Experiment.max_epochs`; None when ``scheduler.type`` is ``none``."""
+    (with ``search.objectives``: every objective, MO-ASHA, Schmucker et al. 2021) up to
+    :attr:`Experiment.max_epochs`; None when ``scheduler.type`` is ``none``."""
     sch = exp.scheduler
     if sch.type == "none":
         return None
     return RungPolicy(sch.grace_period, sch.reduction_factor, exp.max_epochs,
-                      mode=exp.search.mode, brackets=sch.brackets, seed=exp.search.seed)
+                      mode=Objectives.of(exp.search).mode, brackets=sch.brackets, seed=exp.search.seed)

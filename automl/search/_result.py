@@ -67,7 +67,10 @@ class SearchResult:
     """Everything a later stage (selection, report) needs from the search.
 
     ``ranked`` holds the non-failed trials, best first, by their last reported
-    ``metric`` (the value ASHA and the sampler saw).
+    ``metric`` (the value ASHA and the sampler saw); with several objectives, by
+    non-dominated sorting (``automl.search._front.rank_trials``), and ``pareto`` holds the
+    ids of the front's trials. ``objectives`` is ``[(metric, mode)]``, one entry for a
+    plain search.
     """
 
     metric: str
@@ -81,6 +84,19 @@ class SearchResult:
     duplicates: int = 0
     #: the line saying the finite space ran out of untried configurations, if it did
     exhausted: str | None = None
+    objectives: list[tuple[str, str]] = field(default_factory=list)
+    pareto: list[str] = field(default_factory=list)
+
+    @property
+    def multi_objective(self) -> bool:
+        """True when the search had two or three objectives."""
+        return len(self.objectives) > 1
+
+    @property
+    def front(self) -> list[TrialRecord]:
+        """The Pareto front's trials (empty for one objective), in ``ranked`` order."""
+        by_id = {t.trial_id: t for t in self.trials}
+        return [by_id[i] for i in self.pareto if i in by_id]
 
     @property
     def best(self) -> TrialRecord | None:
@@ -116,6 +132,8 @@ class SearchResult:
             "efficiency": self.efficiency(),
             "duplicates": self.duplicates,
             "exhausted": self.exhausted,
+            "objectives": [list(p) for p in self.objectives],
+            "pareto": list(self.pareto),
             "ranked": [t.trial_id for t in self.ranked],
             "trials": [t.to_dict() for t in self.trials],
         }
@@ -127,4 +145,5 @@ class SearchResult:
         by_id = {t.trial_id: t for t in trials}
         return cls(d["metric"], d["mode"], trials, [by_id[i] for i in d["ranked"]],
                    float(d["wall_time_s"]), int(d["max_concurrent"]), dict(d["trial_resources"]),
-                   int(d.get("duplicates", 0)), d.get("exhausted"))
+                   int(d.get("duplicates", 0)), d.get("exhausted"),
+                   [tuple(p) for p in d.get("objectives", [])], list(d.get("pareto", [])))

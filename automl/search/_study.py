@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,8 +65,9 @@ class _Known:
 
     params: dict[str, Any]
     state: TrialState
-    steps: dict[int, float] = field(default_factory=dict)
-    value: float | None = None  # the value told (COMPLETE, PRUNED)
+    steps: dict[int, Any] = field(default_factory=dict)  # epoch -> value(s) reported
+    value: Any = None  # the value told (COMPLETE, PRUNED); a list with several objectives
+    constraints: dict[str, float] | None = None  # name -> value (<= 0: satisfied)
 
 
 class StudySearch:
@@ -85,7 +87,14 @@ class StudySearch:
     * :meth:`end` tells the study how the trial ended: ``completed`` -> COMPLETE with its
       value, ``stopped_early`` -> PRUNED (Optuna takes its last intermediate value; TPE
       ranks pruned trials after completed ones by step, then value), ``failed`` and
-      ``diverged`` -> FAIL.
+      ``diverged`` -> FAIL. Constraint values given to :meth:`end` are set first with
+      ``Trial.set_constraint`` (Optuna 5's constraint API, which TPE and NSGA-II read).
+    * Several objectives (``mode`` a tuple, one direction each): values are tuples, the
+      study has one direction per objective, and a completed trial is told all its
+      values. Optuna keeps no intermediate values for such studies (``Trial.report``
+      refuses them, and TPE's ranking of pruned trials reads one direction): the reports
+      stay in this object, and a stopped trial is told PRUNED without them (TPE places
+      pruned trials after the completed ones).
 
     Args:
         space: the define-by-run function (:func:`automl.space.define_by_run`); called with
@@ -95,7 +104,7 @@ class StudySearch:
         sampler: the Optuna sampler (:func:`automl.search.make_sampler`), or a function of
             the number of trials the study already holds that returns it: a resumed
             search then seeds its sampler anew rather than replaying its first proposals.
-        mode: ``"max"`` or ``"min"``.
+        mode: ``"max"`` or ``"min"``, or a tuple of them (one per objective).
         num_samples: trials this sweep runs in all (across resumes).
         size: the number of distinct configurations of the space (``math.inf`` when it has
             a continuous parameter; :func:`automl.space.describe`).
@@ -103,17 +112,24 @@ class StudySearch:
             the sampler keeps proposing tried ones).
         seed: seeds the random fallback.
         patience: duplicate proposals in a row before the fallback.
+        metric_names: the objectives' names, stored in the study (``set_metric_names``:
+            Optuna's plots and optuna-dashboard label their axes with them).
     """
 
     def __init__(self, space: Callable[[Any], dict], storage: Any, study_name: str,
-                 sampler: optuna.samplers.BaseSampler | Callable[[int], Any], mode: str,
+                 sampler: optuna.samplers.BaseSampler | Callable[[int], Any],
+                 mode: str | Sequence[str],
                  num_samples: int,
                  size: float = math.inf, enumerate_space: Callable[[], list[dict]] | None = None,
-                 seed: int = 0, patience: int = 8):
+                 seed: int = 0, patience: int = 8,
+                 metric_names: Sequence[str] | None = None):
         if isinstance(storage, str):
             storage = optuna.storages.RDBStorage(storage)
         self.storage, self.space, self.size = storage, space, size
         self.mode, self.num_samples, self.patience = mode, int(num_samples), patience
+        self.multi = not isinstance(mode, str)
+        modes = list(mode) if self.multi else [mode]
+        directions = ["maximize" if m == "max" else "minimize" for m in modes]
         self._enumerate, self._rng = enumerate_space, random.Random(seed)
         if not isinstance(sampler, optuna.samplers.BaseSampler):
             try:
@@ -123,7 +139,11 @@ class StudySearch:
             sampler = sampler(held)
         self.study = optuna.create_study(
             study_name=study_name, storage=storage, sampler=sampler, load_if_exists=True,
-            direction="maximize" if mode == "max" else "minimize")
+            directions=directions)
+        if metric_names and self.study.metric_names is None:
+            with warnings.catch_warnings():  # experimental in Optuna 5, stable in use
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self.study.set_metric_names(list(metric_names))
         self._random = optuna.load_study(study_name=study_name, storage=storage,
                                          sampler=optuna.samplers.RandomSampler(seed=seed))
         self._study_id = storage.get_study_id_from_name(study_name)
@@ -138,8 +158,9 @@ class StudySearch:
                 continue
             if t.state == TrialState.WAITING:
                 continue  # enqueued (warm start): handed out by ask()
-            self._trials[t.number] = _Known(dict(t.params), t.state,
-                                            dict(t.intermediate_values), t.value)
+            self._trials[t.number] = _Known(
+                dict(t.params), t.state, dict(t.intermediate_values),
+                t.values if self.multi else t.value, dict(t.constraints) or None)
             self._tried.setdefault(param_key(t.params), t.number)
             if t.state == TrialState.RUNNING:
                 self._resume.append(t.number)
@@ -227,9 +248,13 @@ class StudySearch:
         self.duplicates += 1
         known = self._trials[number]
         trial.set_user_attr(DUPLICATE_OF, number)
-        if known.state in (TrialState.COMPLETE, TrialState.PRUNED) and known.value is not None:
-            for step, value in sorted(known.steps.items()):
-                trial.report(value, step)
+        if known.state == TrialState.COMPLETE and known.value is not None or (
+                known.state == TrialState.PRUNED and (known.steps or known.value is not None)):
+            if not self.multi:
+                for step, value in sorted(known.steps.items()):
+                    trial.report(value, step)
+            for name, value in (known.constraints or {}).items():
+                trial.set_constraint(name, value)
             complete = known.state == TrialState.COMPLETE
             self.study.tell(trial, known.value if complete else None, state=known.state)
         else:  # running now, or failed: nothing to copy; the sampler ignores FAIL
@@ -255,11 +280,18 @@ class StudySearch:
                 self._study_id, number)
         return self._ids[number]
 
-    def report(self, number: int, epoch: int, value: float | None) -> None:
-        """Store ``value`` (the metric at ``epoch``) as the trial's intermediate value; a
-        re-reported epoch (a resumed trial) overwrites the earlier one."""
+    def report(self, number: int, epoch: int, value: float | Sequence[float] | None) -> None:
+        """Store ``value`` (the metric at ``epoch``; a tuple with several objectives) as the
+        trial's intermediate value; a re-reported epoch (a resumed trial) overwrites the
+        earlier one. Several objectives: kept here only (see the class doc)."""
         known = self._trials.get(number)
         if known is None or known.state.is_finished() or value is None:
+            return
+        if self.multi:
+            value = tuple(float(v) for v in value)
+            if any(math.isnan(v) for v in value):
+                return
+            known.steps[int(epoch)] = value
             return
         value = float(value)
         if math.isnan(value) or known.steps.get(int(epoch)) == value:
@@ -268,10 +300,13 @@ class StudySearch:
         self.storage.set_trial_intermediate_value(self._trial_id(number), int(epoch), value)
 
     def end(self, number: int, state: str, epoch: int | None = None,
-            value: float | None = None) -> None:
+            value: float | Sequence[float] | None = None,
+            constraints: dict[str, float] | None = None) -> None:
         """Tell the study how trial ``number`` ended (``completed``, ``stopped_early``,
-        ``failed`` or ``diverged``); ``value`` at ``epoch`` is its last report. A trial
-        the study already holds as finished keeps its record.
+        ``failed`` or ``diverged``); ``value`` at ``epoch`` is its last report (a tuple
+        with several objectives); ``constraints`` its constraint values by name (``<= 0``:
+        satisfied), set with ``Trial.set_constraint`` for the sampler. A trial the study
+        already holds as finished keeps its record.
 
         Raises:
             ValueError: ``state`` is not one of the four.
@@ -284,16 +319,34 @@ class StudySearch:
         if epoch is not None and value is not None:
             self.report(number, epoch, value)
         target = _STATES[state]
-        values: float | None = None
+        values: Any = None
         if target == TrialState.COMPLETE:
-            if value is None or math.isnan(float(value)):
+            vals = _floats(value)
+            if vals is None or any(math.isnan(v) for v in vals):
                 target = TrialState.FAIL  # nothing to rank it by
             else:
-                values = float(value)
+                values = vals if self.multi else vals[0]
         if target == TrialState.PRUNED and not known.steps:
             target = TrialState.FAIL
+        if constraints and target != TrialState.FAIL:
+            known.constraints = {k: float(v) for k, v in constraints.items()}
+            trial = optuna.trial.Trial(self.study, self._trial_id(number))
+            for name, v in known.constraints.items():
+                trial.set_constraint(name, v)
         frozen = self.study.tell(number, values, state=target, skip_if_finished=True)
-        known.state, known.value = frozen.state, frozen.value
+        known.state = frozen.state
+        known.value = frozen.values if self.multi else frozen.value
+        if self.multi and frozen.state == TrialState.PRUNED and known.steps:
+            known.value = list(known.steps[max(known.steps)])
+
+
+def _floats(value) -> list[float] | None:
+    """``value`` (a float or a sequence) as a list of floats; None when absent."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    return [float(v) for v in value]
 
 
 def told(study: optuna.Study) -> Sequence[optuna.trial.FrozenTrial]:

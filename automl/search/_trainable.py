@@ -14,13 +14,15 @@ import torch
 from ray import tune
 
 from automl.models import load_matching_weights
+from automl.models.cost import model_costs
 from automl.search._adapters import TRIAL_KEY
 from automl.search._checkpoints import TrialCheckpoints
 from automl.search._trial import DataRef, TrialData, checkpoint_epochs, guard_of
 from automl.space import TrialConfig
-from automl.spec import Experiment
+from automl.spec import COST_METRICS, Experiment
 from automl.train import Shard, TrainState, TrialDiverged, fit, set_threads, to_tensors
 
+COST_KEYS = tuple(COST_METRICS)
 __all__ = ["DataRef", "TrialData", "checkpoint_epochs", "guard_of", "run_trial"]
 
 
@@ -28,7 +30,10 @@ def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> 
     """Ray Tune function trainable for one configuration (trial ``config[TRIAL_KEY]``).
 
     Reports ``epoch``, ``train_loss``, ``val_loss``, ``val_accuracy``, ``val_f1``,
-    ``train_time_s``, ``eval_time_s`` and ``setup_s`` after every epoch. At the epochs of
+    ``train_time_s``, ``eval_time_s`` and ``setup_s`` after every epoch, and with each the
+    model's costs, measured once before training (:func:`automl.models.cost.model_costs`:
+    ``params``, ``macs``, ``model_bytes``, ``latency_ms`` at batch 1 on the trial's device
+    with its own CPU threads). At the epochs of
     :func:`checkpoint_epochs` it first saves the trial's checkpoint
     (:class:`~automl.search._checkpoints.TrialCheckpoints` under ``storage``). A trial that
     finds a checkpoint of its own (Tune retrying it, or a resumed sweep) restores it and
@@ -52,7 +57,7 @@ def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> 
     if marked is not None:
         raise TrialDiverged(*marked)
     t_start = time.perf_counter()
-    set_threads(exp.resources.cpus_per_worker)
+    threads = set_threads(exp.resources.cpus_per_worker)
     device = "cuda" if exp.resources.gpus_per_worker and torch.cuda.is_available() else "cpu"
     shard = Shard(device=device, precision=exp.resources.precision)
     arrays = ray.get(data.ref)
@@ -65,6 +70,9 @@ def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> 
     resumed = store.latest(number, device)
     if resumed is not None:
         state.restore(resumed)
+    saved = resumed["metrics"] if resumed is not None else {}  # measured before the kill
+    costs = ({k: saved[k] for k in COST_KEYS if k in saved} if "latency_ms" in saved
+             else model_costs(state.model, train[0][:1], threads=threads))
     setup_s = time.perf_counter() - t_start
     keep = checkpoint_epochs(exp, cfg.epochs)
     if resumed is not None:  # where the trial stands, judged again (the same answer)
@@ -72,7 +80,7 @@ def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> 
                      "restored_from_epoch": state.epoch})
 
     def report(st: TrainState, metrics: dict) -> None:
-        metrics = {**metrics, "setup_s": setup_s if st.epoch == 1 else 0.0}
+        metrics = {**metrics, **costs, "setup_s": setup_s if st.epoch == 1 else 0.0}
         if st.epoch in keep:
             store.save(number, st.checkpoint(metrics))
         tune.report(metrics)

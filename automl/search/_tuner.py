@@ -26,26 +26,33 @@ from ray.tune.schedulers import FIFOScheduler
 from rich.console import Console
 
 from automl.cluster import Admission, admit_trials, trial_bundles
-from automl.search._adapters import TRIAL_KEY, BudgetStopper, RungScheduler, StudySearcher
+from automl.search._adapters import (
+    TRIAL_KEY,
+    BudgetStopper,
+    RungScheduler,
+    StudySearcher,
+)
 from automl.search._asha import RungPolicy
 from automl.search._checkpoints import TrialCheckpoints
 from automl.search._console import ConsoleProgress
 from automl.search._eta import TrialState, sweep_eta
+from automl.search._front import pareto_of, rank_trials
 from automl.search._ledger import Ledger, TrialLog, TrialSink
+from automl.search._objectives import Objectives
 from automl.search._policy import make_policy
-from automl.search._result import DIVERGED, FAILED, SearchResult, TrialRecord
+from automl.search._result import FAILED, SearchResult, TrialRecord
 from automl.search._sampler import make_sampler
 from automl.search._study import StudySearch
 from automl.search._trainable import DataRef, TrialData, run_trial
 from automl.space import TrialConfig, define_by_run, describe, enumerate_params
-from automl.spec import Experiment
+from automl.spec import COST_METRICS, Experiment
 
 STUDY_DB = "study.db"
 # The grid ``Tuner.fit`` returns reads Tune's per-trial result files, which the sweep does
 # not write (its ledger records results): quiet the warning that they are missing.
 logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 #: the per-epoch metrics a trial record keeps as its last ``metrics``
-KEPT = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1")
+KEPT = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1", *COST_METRICS)
 
 
 @dataclass(frozen=True)
@@ -85,8 +92,9 @@ def make_search(exp: Experiment, run_dir: Path) -> StudySearch:
     return StudySearch(
         define_by_run(exp), study_storage(run_dir), exp.name,
         lambda held: make_sampler(exp.search, seed=exp.search.seed + held),
-        exp.search.mode, exp.search.num_samples, size=describe(exp)["size"],
-        enumerate_space=lambda: enumerate_params(exp), seed=exp.search.seed)
+        Objectives.of(exp.search).mode, exp.search.num_samples, size=describe(exp)["size"],
+        enumerate_space=lambda: enumerate_params(exp), seed=exp.search.seed,
+        metric_names=Objectives.of(exp.search).metrics)
 
 
 def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
@@ -155,13 +163,14 @@ def run_search(
     if admission is None:
         admission = admit_trials(exp.resources)
     metric, mode = exp.search.metric, exp.search.mode
+    objectives = Objectives.of(exp.search)
     search = make_search(exp, run_dir)
     policy = make_policy(exp)
     ledger = Ledger(run_dir, metric, mode, exp.search.num_samples, epochs_of(exp),
                     params_of=search.params_of, sinks=[ConsoleProgress(console), *(sinks or [])],
                     eta=eta_of(policy, admission.max_concurrent, exp.search.time_budget_s))
     if resume:
-        _reconcile(search, ledger, policy, metric, console)
+        _reconcile(search, ledger, policy, objectives, console)
     storage = storage_path(exp, run_dir)
     first = trial_bundles(exp.resources)[0]  # the trial's own process
     trainable = tune.with_resources(
@@ -176,8 +185,9 @@ def run_search(
                 tune_config=tune.TuneConfig(
                     metric=metric, mode=mode,
                     search_alg=StudySearcher(search, metric, mode, epochs_of(exp),
-                                             note=lambda s: console.print(s, highlight=False)),
-                    scheduler=RungScheduler(policy, metric) if policy else FIFOScheduler(),
+                                             note=lambda s: console.print(s, highlight=False),
+                                             objectives=objectives),
+                    scheduler=RungScheduler(policy, objectives) if policy else FIFOScheduler(),
                     num_samples=search.remaining,
                     max_concurrent_trials=admission.max_concurrent,
                     time_budget_s=exp.search.time_budget_s,
@@ -207,17 +217,14 @@ def run_search(
     store = TrialCheckpoints(storage)
     trials = [_record(t, exp, store) for n, t in sorted(ledger.trials.items())
               if t.end is not None or t.rows]
-    sign = 1.0 if mode == "max" else -1.0
-    ranked = sorted(
-        (t for t in trials if t.end_state not in (FAILED, DIVERGED) and metric in t.metrics),
-        key=lambda t: (-sign * t.metrics[metric], -t.epochs_run, int(t.trial_id)),
-    )
+    ranked = rank_trials(trials, objectives)
     return SearchResult(metric, mode, trials, ranked, wall, admission.max_concurrent,
                         admission.trial_resources, duplicates=search.duplicates,
-                        exhausted=search.exhausted)
+                        exhausted=search.exhausted, objectives=objectives.pairs(),
+                        pareto=pareto_of(ranked, objectives))
 
 
-def _reconcile(search: StudySearch, ledger: Ledger, policy, metric: str,
+def _reconcile(search: StudySearch, ledger: Ledger, policy, objectives: Objectives,
                console: Console) -> None:
     """Bring the study and the ledger of a killed sweep into one picture, and the rung
     policy to where it was.
@@ -232,7 +239,9 @@ def _reconcile(search: StudySearch, ledger: Ledger, policy, metric: str,
             ledger.end(number, state=search.state_of(number))
     replayed = 0
     if policy is not None:
-        policy.replay((n, e, row.get(metric)) for n, e, row in ledger.reports)
+        policy.replay((n, e, objectives.value(row), objectives.violation(row))
+                      if objectives.constraints else (n, e, objectives.value(row))
+                      for n, e, row in ledger.reports)
         replayed = len(ledger.reports)
     running = search.to_resume
     console.print(f"resume {len(search.finished)} trials finished, {len(running)} continue from "

@@ -18,6 +18,7 @@ from automl._progress import StageProgress
 from automl.data import Dataset, Splits
 from automl.errors import RunError
 from automl.selection._folds import FoldPlan, make_folds
+from automl.selection._front import choose_on_front
 from automl.selection._scores import choose_winner, summarize_folds
 from automl.selection._tasks import fit_and_score
 from automl.spec import Experiment
@@ -60,6 +61,9 @@ class CVResult:
     compute: dict
     halving: dict | None = None
     warnings: list[str] = field(default_factory=list)
+    #: several objectives: the cross-validated front, one row per candidate
+    #: (``automl.selection._front.choose_on_front``); None for one objective
+    pareto: list[dict] | None = None
 
     @property
     def winner_candidate(self) -> CandidateCV:
@@ -68,14 +72,15 @@ class CVResult:
     def to_dict(self) -> dict:
         return {"metric": self.metric, "plan": self.plan, "winner": self.winner,
                 "reason": self.reason, "compute": self.compute, "halving": self.halving,
-                "warnings": self.warnings, "candidates": [c.to_dict() for c in self.candidates]}
+                "warnings": self.warnings, "candidates": [c.to_dict() for c in self.candidates],
+                "pareto": self.pareto}
 
     @classmethod
     def from_dict(cls, d: dict) -> CVResult:
         """The result :meth:`to_dict` wrote (``cv.json``)."""
         return cls(d["metric"], d["plan"], [CandidateCV(**c) for c in d["candidates"]],
                    d["winner"], d["reason"], d["compute"], d.get("halving"),
-                   list(d.get("warnings", [])))
+                   list(d.get("warnings", [])), d.get("pareto"))
 
 
 def fold_demand(resources) -> dict[str, float]:
@@ -157,7 +162,10 @@ def cross_validate(
     :func:`automl.search.admit` allows within ``resources.concurrent_trials``); the
     dataset is put in the object store once. With ``selection.fold_halving`` every
     candidate runs fold 1 and only those within ``selection.halving_margin`` of the
-    fold-1 leader run the rest.
+    fold-1 leader run the rest (one objective only: with several, a candidate behind on
+    accuracy may be the front's cheapest, so every candidate runs every fold). Several
+    objectives: the winner is chosen on the cross-validated front
+    (:func:`automl.selection._front.choose_on_front`, ``selection.pick``).
 
     Args:
         pool: the rows to cross-validate on (train + validation; never the test split).
@@ -215,7 +223,8 @@ def cross_validate(
 
     run = dict(data_ref=data_ref, resources=exp.resources, limit=admission.max_concurrent,
                deadline=deadline, impute=exp.data.impute, on_done=log_fold)
-    first = range(1) if sel.fold_halving else range(n)
+    halve = sel.fold_halving and not exp.search.multi_objective
+    first = range(1) if halve else range(n)
     jobs = [((c.trial_id, i), c.config, *plan.folds[i]) for i in first for c in candidates
             if (c.trial_id, i) not in results]
     try:
@@ -224,7 +233,7 @@ def cross_validate(
         bar.close()
         raise
     survivors, halving = list(candidates), None
-    if sel.fold_halving:
+    if halve:
         score1 = {c.trial_id: results[(c.trial_id, 0)]["scores"][sel.metric] for c in candidates}
         leader = max(candidates, key=lambda c: score1[c.trial_id]).trial_id
         survivors = [c for c in candidates
@@ -258,8 +267,14 @@ def cross_validate(
     eligible = [{"trial_id": r["trial_id"], "mean": r["summary"][sel.metric]["mean"],
                  "n_params": r["n_params"], "rank": r["rank"]}
                 for r in rows if len(r["folds"]) == n]
-    winner, reason = choose_winner(eligible, sel.tie_tolerance)
-    reason = f"{sel.metric}: {reason}"
+    pareto = None
+    if exp.search.multi_objective:
+        winner, reason, pareto = choose_on_front(
+            exp, rows, {c.trial_id: c.metrics for c in candidates},
+            {e["trial_id"] for e in eligible})
+    else:
+        winner, reason = choose_winner(eligible, sel.tie_tolerance)
+        reason = f"{sel.metric}: {reason}"
     done = {e["trial_id"] for e in eligible}
     table = [CandidateCV(**r, status="winner" if r["trial_id"] == winner
                          else "scored" if r["trial_id"] in done else "dropped after fold 1")
@@ -278,7 +293,7 @@ def cross_validate(
         full = compute["fold_epochs"] + halving["fold_epochs_skipped"]
         halving["epochs_saved_fraction"] = round(halving["fold_epochs_skipped"] / full, 4)
     return CVResult(sel.metric, plan.to_dict(), table, winner, reason, compute, halving,
-                    list(plan.warnings))
+                    list(plan.warnings), pareto)
 
 
 def plan_signature(plan: FoldPlan) -> str:

@@ -35,6 +35,7 @@ from automl.spec._compression import STAGE_NAMES, STAGE_SPECS, CompressionSpec
 from automl.spec._domains import (
     AUGMENT_IDENTITY,
     BUNDLED_DATASETS,
+    COST_METRICS,
     CV_METRICS,
     DATA_KINDS,
     DOMAIN_TAGS,
@@ -45,6 +46,8 @@ from automl.spec._domains import (
     IMAGE_FAMILIES,
     INITS,
     KIND_FAMILIES,
+    MO_SAMPLERS,
+    OBJECTIVE_METRICS,
     OPTIMIZERS,
     REPORTED_METRICS,
     SAMPLERS,
@@ -64,11 +67,13 @@ from automl.spec._domains import (
 from automl.spec._nightly import NightlySpec
 from automl.spec._sections import (
     AugmentSpec,
+    ConstraintSpec,
     DataSpec,
     GuardSpec,
     ImputeSpec,
     MLPSpace,
     ModelSpec,
+    ObjectiveSpec,
     OutputSpec,
     RegistrySpec,
     ResNet1dSpace,
@@ -104,6 +109,11 @@ __all__ = [
     "IMAGE_AUGMENTS",
     "SIGNAL_AUGMENTS",
     "REPORTED_METRICS",
+    "COST_METRICS",
+    "OBJECTIVE_METRICS",
+    "MO_SAMPLERS",
+    "ObjectiveSpec",
+    "ConstraintSpec",
     "FloatDomain",
     "IntDomain",
     "Scalar",
@@ -167,6 +177,14 @@ class Experiment(_Strict):
         if self.nightly.uses_champion and not self.registry.enabled:
             raise ValueError("nightly.promote: the champion lives in the model registry; "
                              "set registry.enabled: true or remove nightly.promote/transfer")
+        if self.search.multi_objective and self.nightly.warm_start:
+            raise ValueError("nightly.warm_start: warm starts copy one-objective studies; "
+                             "remove it or search one metric (search.metric)")
+        if self.search.multi_objective and self.resources.strategy == "fsdp" and any(
+                m in COST_METRICS for m, _ in self.search.objective_list()):
+            raise ValueError("search.objectives: FSDP trials hold sharded models and measure "
+                             "no costs; use resources.strategy: ddp or objectives without "
+                             f"{', '.join(COST_METRICS)}")
         kind = self.data.data_kind
         if kind is not None:  # an npz without data.kind is checked once it is loaded
             problem = kind_mismatch(kind, self.model.families(), self.data.augment,

@@ -4,6 +4,7 @@ scheduler, selection, resources, output, tracking, registry."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -20,6 +21,8 @@ from automl.spec._domains import (
     IMAGE_AUGMENTS,
     IMAGE_DATASETS,
     INITS,
+    MO_SAMPLERS,
+    OBJECTIVE_METRICS,
     OPTIMIZERS,
     REPORTED_METRICS,
     SIGNAL_AUGMENTS,
@@ -362,16 +365,53 @@ class TrainingSpec(_Strict):
         return _check_numeric(v, "weight_decay")
 
 
+class ObjectiveSpec(_Strict):
+    """One objective of a multi-objective search: a metric every trial reports (its
+    validation scores after each epoch, or a cost measured once: ``params``, ``macs``,
+    ``model_bytes``, ``latency_ms``) and whether larger is better."""
+
+    metric: str
+    mode: Literal["max", "min"] | None = None
+
+
+class ConstraintSpec(_Strict):
+    """A bound a trial must keep to be feasible: ``min <= metric <= max`` (either bound,
+    or both). An infeasible trial ranks below every feasible one at each rung and in the
+    Pareto front, and Optuna's sampler is told through ``constraints_func``."""
+
+    metric: str
+    max: float | None = None
+    min: float | None = None
+
+    @model_validator(mode="after")
+    def _bound(self) -> ConstraintSpec:
+        if self.max is None and self.min is None:
+            raise ValueError(f"constraint on {self.metric} has no bound; give max:, min: or both")
+        if self.max is not None and self.min is not None and self.min > self.max:
+            raise ValueError(f"constraint on {self.metric}: min {self.min} is above max "
+                             f"{self.max}")
+        return self
+
+
 class SearchSpec(_Strict):
     """How configurations are proposed: an Optuna sampler asked by the project's own searcher
-    (``automl.search.StudySearch``, plugged into Ray Tune as a ``Searcher``)."""
+    (``automl.search.StudySearch``, plugged into Ray Tune as a ``Searcher``).
 
-    sampler: Literal["tpe", "multivariate_tpe", "random", "cmaes", "gp", "qmc"] = "tpe"
+    One objective: ``metric`` and ``mode``. Several: ``objectives`` (2 or 3 entries, each a
+    metric of :data:`OBJECTIVE_METRICS`) replaces them; ``metric``/``mode`` then name the
+    first objective (the one progress lines and curves show). ``constraints`` bound any
+    reported metric; a trial outside them is infeasible.
+    """
+
+    sampler: Literal["tpe", "multivariate_tpe", "random", "cmaes", "gp", "qmc",
+                     "nsga2"] = "tpe"
     seed: int = 0
     num_samples: int = Field(32, ge=1, le=100_000)
     time_budget_s: float | None = Field(None, gt=0)
     metric: str = "val_accuracy"
     mode: Literal["max", "min"] | None = None
+    objectives: list[ObjectiveSpec] | None = None
+    constraints: list[ConstraintSpec] = []
     n_startup_trials: int = Field(8, ge=0)
     fail_fast: bool = False  # stop the sweep at the first failed trial (still resumable)
 
@@ -382,14 +422,75 @@ class SearchSpec(_Strict):
 
     @model_validator(mode="after")
     def _mode(self) -> SearchSpec:
-        if self.mode is None:
+        if self.objectives is not None:
+            self._check_objectives()
+        elif self.mode is None:
             object.__setattr__(self, "mode", REPORTED_METRICS[self.metric])
         elif self.mode != REPORTED_METRICS[self.metric]:
             raise ValueError(
                 f"mode {self.mode!r} optimises {self.metric} the wrong way; "
                 f"use mode: {REPORTED_METRICS[self.metric]}"
             )
+        valid = ", ".join(OBJECTIVE_METRICS)
+        for i, c in enumerate(self.constraints):
+            if c.metric not in OBJECTIVE_METRICS:
+                near = difflib.get_close_matches(c.metric, list(OBJECTIVE_METRICS), n=1)
+                valid = (f"did you mean {near[0]!r}? " if near else "") + f"one of {valid}"
+                raise ValueError(f"search.constraints.{i}.metric: no trial reports "
+                                 f"{c.metric!r}; constrain {valid}")
         return self
+
+    def _check_objectives(self) -> None:
+        objs = self.objectives or []
+        valid = ", ".join(OBJECTIVE_METRICS)
+        if not 2 <= len(objs) <= 3:
+            raise ValueError(
+                f"search.objectives: {len(objs)} entr{'y' if len(objs) == 1 else 'ies'}; a "
+                "multi-objective search takes 2 or 3 (for one, write search.metric and "
+                "search.mode instead)")
+        if "metric" in self.model_fields_set or "mode" in self.model_fields_set:
+            raise ValueError("search.objectives: replaces search.metric and search.mode; "
+                             "remove those two keys")
+        seen: dict[str, int] = {}
+        objs = list(objs)
+        for i, o in enumerate(objs):
+            if o.metric not in OBJECTIVE_METRICS:
+                near = difflib.get_close_matches(o.metric, list(OBJECTIVE_METRICS), n=1)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                raise ValueError(f"search.objectives.{i}.metric: unknown metric "
+                                 f"{o.metric!r}; {hint}valid: {valid}")
+            if o.metric in seen:
+                raise ValueError(f"search.objectives.{i}.metric: {o.metric} is already "
+                                 f"objective {seen[o.metric]}; name each metric once")
+            seen[o.metric] = i
+            right = OBJECTIVE_METRICS[o.metric]
+            if o.mode is None:
+                objs[i] = o.model_copy(update={"mode": right})
+            elif o.mode != right:
+                raise ValueError(f"search.objectives.{i}.mode: {o.mode!r} optimises "
+                                 f"{o.metric} the wrong way; use mode: {right}")
+        if self.sampler not in MO_SAMPLERS:
+            raise ValueError(f"search.sampler: {self.sampler} takes one objective; with "
+                             f"search.objectives use one of {', '.join(MO_SAMPLERS)}")
+        object.__setattr__(self, "objectives", objs)
+        first = objs[0]
+        if first.metric not in REPORTED_METRICS:
+            raise ValueError(f"search.objectives.0.metric: the first objective is the "
+                             f"quality the search ranks by ({', '.join(REPORTED_METRICS)}); "
+                             f"put {first.metric} after it")
+        object.__setattr__(self, "metric", first.metric)
+        object.__setattr__(self, "mode", objs[0].mode)
+
+    @property
+    def multi_objective(self) -> bool:
+        """True when ``objectives`` names two or three metrics."""
+        return bool(self.objectives)
+
+    def objective_list(self) -> list[tuple[str, str]]:
+        """``[(metric, mode)]``: the objectives, or ``[(metric, mode)]`` for one."""
+        if self.objectives:
+            return [(o.metric, str(o.mode)) for o in self.objectives]
+        return [(self.metric, str(self.mode))]
 
 
 class SchedulerSpec(_Strict):
@@ -427,6 +528,9 @@ class SelectionSpec(_Strict):
     halving_margin: float = Field(0.01, ge=0, lt=1)
     allow_fewer_folds: bool = False
     timeout_s: float = Field(1800.0, gt=0)
+    #: multi-objective searches: the winner among the cross-validated front, its knee
+    #: (``automl.search.knee``) or its best ``metric`` within the constraints
+    pick: Literal["knee", "best"] = "knee"
 
 
 class ResourcesSpec(_Strict):
