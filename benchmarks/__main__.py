@@ -26,7 +26,8 @@ os.environ.setdefault("WANDB_MODE", "offline")
 from benchmarks._common import RESULTS, Result, machine, write  # noqa: E402
 
 ORDER = ("orchestration", "search_quality", "baselines", "scaling", "compression", "chaos",
-         "mnist1d", "eta", "job")
+         "mnist1d", "eta", "job", "latency_stability", "multi_objective",
+         "multi_objective_digits")
 ON_REQUEST = ("gpu",)  # needs a GPU: run only when named with --only
 
 

@@ -157,3 +157,28 @@ def test_gpu_check_without_a_gpu_says_so_in_one_line_and_exits_0(tmp_path, capsy
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gpu: no CUDA device") and not any(
         tmp_path.iterdir())
+
+
+def test_funnel_params_by_hand():
+    from benchmarks.multi_objective import funnel_params
+
+    assert funnel_params(1, 512, 180, 10) == 180 * 10 + 10
+    # widths 256, 256 - int(246 / 2) = 133, then the 10 classes
+    assert funnel_params(3, 256, 180, 10) == (180 * 256 + 256) + (256 * 133 + 133) + (133 * 10 + 10)
+    # max_units below the input width: the first hidden layer is as wide as the input
+    assert funnel_params(2, 64, 180, 10) == (180 * 180 + 180) + (180 * 10 + 10)
+
+
+def test_multi_objective_quick_gives_hypervolume_curves():
+    from benchmarks import multi_objective
+
+    result = multi_objective.run(True, {"seeds": 1})
+    if result.status == "unavailable":
+        pytest.skip(result.reason)
+    assert result.status == "ok" and len(result.goals) == 4
+    for name in ("lcbench", "rbv2_xgboost"):
+        for method, curves in result.data[name]["curves"].items():
+            (curve,) = curves
+            assert all(0.0 <= v <= 1.1 ** 2 for v in curve), (method, curve)
+            assert curve == sorted(curve), (method, curve)  # more budget never loses volume
+        assert result.data[name]["curves"]["ours"][0][-1] > 0

@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import statistics
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,8 +18,9 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torch_pruning as tp
 from torch import Tensor, nn
+
+from automl.models.cost import count_macs_params, latency_ms  # shared with the search's cost metrics
 
 LossFn = Callable[[Tensor, Tensor, Tensor], Tensor]  # (logits, y_batch, batch_index) -> loss
 
@@ -230,26 +229,6 @@ def val_accuracy(model: nn.Module, ctx: Context) -> float:
     if len(ctx.y_val) == 0:
         return math.nan
     return float((predict(model, ctx.X_val).argmax(1) == ctx.y_val).float().mean())
-
-
-def latency_ms(model: nn.Module, x: Tensor, repeats: int, warmup: int = 3) -> float:
-    """Median wall time of ``model(x)`` in ms under ``torch.inference_mode``."""
-    times = []
-    with torch.inference_mode():
-        for _ in range(warmup):
-            model(x)
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model(x)
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
-def count_macs_params(model: nn.Module, example: Tensor) -> tuple[int, int]:
-    """(MACs, params) at batch 1 via ``torch_pruning.utils.count_ops_and_params``."""
-    with quiet():
-        macs, params = tp.utils.count_ops_and_params(model, example[:1])
-    return int(macs), int(params)
 
 
 def measure(model: nn.Module, ctx: Context, name: str, teacher_pred: Tensor | None, *,

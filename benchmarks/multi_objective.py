@@ -1,0 +1,418 @@
+"""Multi-objective search quality (issue 15): hypervolume against budget on YAHPO
+surrogates, through the project's own search core with a simulated trainable.
+
+Methods, each run to the same budget in epochs (``budget_full`` full trainings of
+``max_t`` epochs), once per seed:
+
+* ``ours``: multi-objective TPE (``make_sampler``: Optuna's TPESampler, Ozaki et al.
+  2022, ``n_startup_trials`` 10, constant liar) in the project's ``StudySearch`` + MO-ASHA
+  (``make_policy``: the project's ``RungPolicy`` with one mode per objective; a stopped
+  trial is told PRUNED);
+* ``motpe``: the same sampler, every trial trained to ``max_t`` (no early stopping);
+* ``nsga2``: Optuna's ``NSGAIISampler`` (population 50), no early stopping;
+* ``random``: random search, no early stopping;
+* ``syne_tune_moasha``: Syne Tune 0.16's ``MOASHA`` (random configurations, its
+  non-dominated-sort priority), when syne-tune is installed (``make bench-setup``).
+
+Every method runs through the same loop: a trial reports at each rung epoch (the only
+epochs a rung policy judges) and at ``max_t``; the budget is charged in epochs as the
+trial advances (the fidelity counted as resumable), and the budget ends a trial mid-way.
+
+Problems (YAHPO Gym, Pfisterer et al. 2022, offline surrogates via
+``benchmarks/_yahpo.py``; deterministic):
+
+* ``lcbench``: LCBench task 168331 (OpenML ``volkert``: 180 features, 10 classes),
+  maximise ``val_accuracy`` (%), minimise the MLP's parameter count, epochs 1..52 (grace
+  period 2, reduction factor 3: rungs 2, 6, 18). The count follows the network LCBench
+  trained (Zimmer et al. 2021, Auto-PyTorch's ``ShapedMLPNet`` with ``mlp_shape=funnel``):
+  :func:`funnel_params`.
+* ``rbv2_xgboost``: task 1590 (OpenML ``adult``), maximise ``acc``, minimise
+  ``timepredict`` (s); fidelity ``trainsize`` = epoch / 27 for epochs 1..27 (rungs 1, 3,
+  9).
+
+Quality: the hypervolume of the trials trained to ``max_t`` by a given budget (the
+models a user would deploy; stopped trials are not candidates), in the space (−accuracy,
+log10 cost), each objective normalised to [0, 1] by the smallest and largest value any
+method reached at ``max_t`` on that problem over all seeds, reference point (1.1, 1.1)
+(exact 2-D hypervolume, ``automl.search._pareto.hypervolume``). Seed ``s`` seeds the
+sampler and the bracket draw. ``python -m benchmarks --only multi_objective [--seeds N]``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import Goal, Result, Table
+
+NAME = "multi_objective"
+TITLE = "Multi-objective search: hypervolume against budget (YAHPO LCBench, rbv2_xgboost)"
+METHODS = ("ours", "motpe", "nsga2", "random", "syne_tune_moasha")
+PEERS = METHODS[1:]
+FRACTIONS = (0.1, 0.2, 1 / 3, 0.5, 0.75, 1.0)
+
+
+def funnel_params(num_layers: int, max_units: int, in_features: int, classes: int) -> int:
+    """Weights and biases of LCBench's funnel MLP (Auto-PyTorch ``ShapedMLPNet``,
+    ``get_shaped_neuron_counts(shape="funnel")``, as LCBench, Zimmer et al. 2021, used):
+    ``num_layers`` Linear layers; the first hidden width is ``w0 = max(in_features,
+    max_units)``, each later hidden width drops by ``int((w0 - classes) / (num_layers -
+    1))``, and the last layer maps to ``classes``. ``num_layers = 1`` is one Linear
+    ``in_features -> classes``."""
+    if num_layers <= 1:
+        widths = []
+    else:
+        w0 = max(in_features, max_units)
+        step = max(0, int((w0 - classes) / (num_layers - 1)))
+        widths = [w0 - i * step for i in range(num_layers - 1)]
+    total, prev = 0, in_features
+    for w in [*widths, classes]:
+        total += prev * w + w
+        prev = w
+    return int(total)
+
+
+@dataclass
+class Problem:
+    """One benchmark problem: ``evaluate(config, epoch) -> (accuracy, cost)``."""
+
+    name: str
+    label: str
+    bench: Any  # the YAHPO surrogate
+    evaluate: Callable[[dict, int], tuple[float, float]]
+    max_t: int
+    grace: int
+    rf: int = 3
+
+
+def problems() -> list[Problem]:
+    """The two YAHPO problems (raises ImportError when yahpo-gym is missing)."""
+    from benchmarks._yahpo import LCBench, RBv2XGBoost
+
+    lc = LCBench("168331")
+
+    def lc_eval(config: dict, epoch: int) -> tuple[float, float]:
+        out = lc.query(config, epoch)
+        return out["val_accuracy"], float(funnel_params(int(config["num_layers"]),
+                                                        int(config["max_units"]), 180, 10))
+
+    xgb = RBv2XGBoost("1590")
+
+    def xgb_eval(config: dict, epoch: int) -> tuple[float, float]:
+        from benchmarks._spaces import active
+
+        out = xgb.query(active(xgb.config_space(), config), epoch / 27)
+        return out["acc"], max(out["timepredict"], 1e-6)
+
+    return [Problem("lcbench", "LCBench 168331 (val_accuracy vs params)", lc, lc_eval, 52, 2),
+            Problem("rbv2_xgboost", "rbv2_xgboost 1590 (acc vs timepredict)", xgb, xgb_eval, 27, 1)]
+
+
+class DigitsResNet:
+    """The digits ResNet space of ``search_spaces/resnet_latency.yaml`` (depth 1..3, width
+    8/16/32/64, stages 2..3, Adam with lr 1e-4..3e-2 log, batch 32/64/128), really trained
+    on scikit-learn's digits (60/20/20 split, seed 0) one epoch at a time, on 1 CPU thread.
+    ``evaluate(config, epoch) -> (val_accuracy, latency_ms)``: the model of the current
+    trial is trained on up to ``epoch`` (a new config starts a new model, seeded by the
+    config); ``latency_ms`` is :func:`automl.models.cost.model_costs` (batch 1, 1 thread),
+    measured once per trial."""
+
+    max_t, grace = 12, 2
+
+    def __init__(self):
+        import torch
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+
+        X, y = load_digits(return_X_y=True)
+        X = (X / 16.0).reshape(-1, 1, 8, 8).astype("float32")
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.4, random_state=0, stratify=y)
+        Xva, _, yva, _ = train_test_split(Xte, yte, test_size=0.5, random_state=0, stratify=yte)
+        self.X, self.y = torch.from_numpy(Xtr), torch.from_numpy(ytr).long()
+        self.Xv, self.yv = torch.from_numpy(Xva), torch.from_numpy(yva).long()
+        self._key, self._state = None, None
+
+    def space(self, trial) -> None:
+        trial.suggest_int("depth", 1, 3)
+        trial.suggest_categorical("width", [8, 16, 32, 64])
+        trial.suggest_int("stages", 2, 3)
+        trial.suggest_float("lr", 1e-4, 3e-2, log=True)
+        trial.suggest_categorical("batch_size", [32, 64, 128])
+
+    def config_space(self):
+        import ConfigSpace as CS
+
+        cs = CS.ConfigurationSpace(seed=0)
+        cs.add([CS.UniformIntegerHyperparameter("depth", 1, 3),
+                CS.CategoricalHyperparameter("width", [8, 16, 32, 64]),
+                CS.UniformIntegerHyperparameter("stages", 2, 3),
+                CS.UniformFloatHyperparameter("lr", 1e-4, 3e-2, log=True),
+                CS.CategoricalHyperparameter("batch_size", [32, 64, 128])])
+        return cs
+
+    def __call__(self, config: dict, epoch: int) -> tuple[float, float]:
+        import torch
+        import torch.nn.functional as F
+
+        from automl.models import build_model
+        from automl.models.cost import model_costs
+
+        key = tuple(sorted(config.items()))
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            if key != self._key or self._state["done"] > epoch:
+                seed = zlib.crc32(repr(key).encode())  # stable across processes
+                torch.manual_seed(seed)
+                model = build_model({"family": "resnet", "depth": int(config["depth"]),
+                                     "width": int(config["width"]),
+                                     "stages": int(config["stages"])}, (1, 8, 8), 10)
+                ms = model_costs(model, self.X[:1], threads=1, repeats=10, warmup=3)["latency_ms"]
+                opt = torch.optim.Adam(model.parameters(), lr=float(config["lr"]))
+                self._key = key
+                self._state = {"model": model, "opt": opt, "done": 0, "ms": ms,
+                               "gen": torch.Generator().manual_seed(seed)}
+            st, bs = self._state, int(config["batch_size"])
+            model = st["model"]
+            while st["done"] < epoch:
+                model.train()
+                perm = torch.randperm(len(self.X), generator=st["gen"])
+                for i in range(0, len(perm), bs):
+                    idx = perm[i:i + bs]
+                    if len(idx) < 2:
+                        continue
+                    loss = F.cross_entropy(model(self.X[idx]), self.y[idx])
+                    st["opt"].zero_grad(set_to_none=True)
+                    loss.backward()
+                    st["opt"].step()
+                st["done"] += 1
+            model.eval()
+            with torch.inference_mode():
+                acc = float((model(self.Xv).argmax(1) == self.yv).float().mean())
+            return acc, float(st["ms"])
+        finally:
+            torch.set_num_threads(before)
+
+
+def digits_problem() -> Problem:
+    d = DigitsResNet()
+    return Problem("digits_resnet", "digits ResNet (val_accuracy vs measured latency_ms)", d, d,
+                   d.max_t, d.grace)
+
+
+def _experiment(p: Problem, sampler: str, seed: int, asha: bool):
+    from automl.spec import Experiment
+
+    return Experiment.model_validate({
+        "name": p.name, "training": {"epochs": p.max_t},
+        "search": {"sampler": sampler, "seed": seed, "n_startup_trials": 10,
+                   "objectives": [{"metric": "val_accuracy", "mode": "max"},
+                                  {"metric": "params", "mode": "min"}]},
+        "scheduler": {"type": "asha" if asha else "none", "grace_period": p.grace,
+                      "reduction_factor": p.rf, "max_epochs": p.max_t}})
+
+
+def _checkpoints(p: Problem, policy) -> list[int]:
+    rungs = policy.rung_epochs() if policy is not None else []
+    return sorted({e for e in rungs if e < p.max_t} | {p.max_t})
+
+
+def run_core(p: Problem, method: str, seed: int, budget: int) -> list[tuple[int, float, float]]:
+    """One run of a method through the project's StudySearch (+ RungPolicy for ``ours``).
+    Returns ``[(epochs spent when it finished, accuracy, cost)]`` of the trials trained
+    to ``max_t``, in order."""
+    import optuna
+
+    from automl.search import STOP, StudySearch, make_policy, make_sampler
+
+    sampler = {"ours": "tpe", "motpe": "tpe", "nsga2": "nsga2", "random": "random"}[method]
+    exp = _experiment(p, sampler, seed, asha=method == "ours")
+    policy = make_policy(exp)
+    search = StudySearch(p.bench.space, optuna.storages.InMemoryStorage(), p.name,
+                         make_sampler(exp.search), mode=("max", "min"), num_samples=10**6,
+                         seed=seed)
+    spent, done = 0, []
+    marks = _checkpoints(p, policy)
+    while spent < budget:
+        s = search.ask()
+        if s is None:
+            break
+        prev, state, last = 0, "stopped_early", None
+        for t in marks:
+            if spent + (t - prev) > budget:
+                spent = budget
+                break
+            spent += t - prev
+            prev = t
+            acc, cost = p.evaluate(s.config, t)
+            last = (t, (acc, cost))
+            search.report(s.number, t, (acc, cost))
+            if t == p.max_t:
+                state = "completed"
+                done.append((spent, acc, cost))
+                break
+            if policy is not None and policy.on_report(s.number, t, (acc, cost)) == STOP:
+                break
+        if last is None:
+            search.end(s.number, "failed")
+        else:
+            search.end(s.number, state, last[0], last[1])
+    return done
+
+
+def run_syne_tune(p: Problem, seed: int, budget: int) -> list[tuple[int, float, float]]:
+    """Syne Tune's MOASHA (random configurations), driven the same way: ``suggest``,
+    ``on_trial_add``, ``on_trial_result`` at each rung epoch and at ``max_t``."""
+    from datetime import datetime
+
+    from syne_tune.backend.trial_status import Trial
+    from syne_tune.optimizer.scheduler import SchedulerDecision
+    from syne_tune.optimizer.schedulers.multiobjective.moasha import MOASHA
+
+    from benchmarks._spaces import active, syne_tune_space
+
+    np.random.seed(seed)  # Syne Tune's domains and bracket draw use numpy's global RNG
+    cs = p.bench.config_space()
+    sch = MOASHA(syne_tune_space(cs), metrics=["neg_acc", "cost"], do_minimize=True,
+                 time_attr="epoch", max_t=p.max_t, grace_period=p.grace,
+                 reduction_factor=p.rf, random_seed=seed)
+    rungs = [p.grace * p.rf ** k for k in range(8) if p.grace * p.rf ** k < p.max_t]
+    marks = sorted(set(rungs) | {p.max_t})
+    spent, done, tid = 0, [], 0
+    while spent < budget:
+        config = active(cs, dict(sch.suggest().config))
+        trial = Trial(trial_id=tid, config=config, creation_time=datetime.now())
+        sch.on_trial_add(trial)
+        prev = 0
+        for t in marks:
+            if spent + (t - prev) > budget:
+                spent = budget
+                break
+            spent += t - prev
+            prev = t
+            acc, cost = p.evaluate(config, t)
+            if t == p.max_t:
+                done.append((spent, acc, cost))
+                break
+            if sch.on_trial_result(trial, {"epoch": t, "neg_acc": -acc, "cost": cost}) == SchedulerDecision.STOP:
+                break
+        tid += 1
+    return done
+
+
+def _syne_tune_missing() -> str | None:
+    try:
+        import syne_tune.optimizer.schedulers.multiobjective.moasha  # noqa: F401
+    except ImportError as e:
+        return f"syne-tune is not installed ({e}); make bench-setup installs it"
+    return None
+
+
+def hv_curve(done, lo, hi, budget: int) -> list[float]:
+    """Hypervolume (normalised space, reference 1.1) at each budget of :data:`FRACTIONS`."""
+    from automl.search._pareto import hypervolume
+
+    out = []
+    for f in FRACTIONS:
+        pts = np.array([(-a, math.log10(c)) for s, a, c in done if s <= f * budget + 1e-9])
+        if len(pts) == 0:
+            out.append(0.0)
+            continue
+        out.append(hypervolume((pts - lo) / (hi - lo), [1.1, 1.1]))
+    return out
+
+
+def compare(p: Problem, seeds: int, budget_full: int, methods: list[str]):
+    """Run every method on ``p`` for ``seeds`` seeds; (tables, goals, data, wall seconds)."""
+    budget = budget_full * p.max_t
+    runs: dict[str, list] = {m: [] for m in methods}
+    t0 = time.perf_counter()
+    for seed in range(seeds):
+        for m in methods:
+            runs[m].append(run_syne_tune(p, seed, budget) if m == "syne_tune_moasha"
+                           else run_core(p, m, seed, budget))
+    wall = round(time.perf_counter() - t0, 1)
+    allpts = np.array([(-a, math.log10(c)) for m in methods for r in runs[m] for _, a, c in r])
+    lo, hi = allpts.min(axis=0), allpts.max(axis=0)
+    hi = np.where(hi > lo, hi, lo + 1.0)
+    curves = {m: [hv_curve(r, lo, hi, budget) for r in runs[m]] for m in methods}
+    third, full = FRACTIONS.index(1 / 3), len(FRACTIONS) - 1
+    med = {m: [statistics.median(c[i] for c in curves[m]) for i in range(len(FRACTIONS))]
+           for m in methods}
+    rows = [[m, *med[m], statistics.median(len(r) for r in runs[m])] for m in methods]
+    tables = [Table(f"{p.label}: median hypervolume at a share of the budget "
+                    f"({budget_full} full trainings = {budget} epochs, {seeds} seeds)",
+                    ["method", *[f"{f:.2g}" for f in FRACTIONS], "median trials at max_t"],
+                    rows)]
+    peers = [m for m in methods if m != "ours"]
+    pair_rows, goals = [], []
+    for i, at in ((third, "1/3"), (full, "full")):
+        best = max(peers, key=lambda m, i=i: med[m][i])
+        wins = sum(curves["ours"][s][i] > curves[best][s][i] for s in range(seeds))
+        ok = all(med["ours"][i] > med[m][i] for m in peers) and wins >= math.ceil(0.8 * seeds)
+        pair_rows.append([at, best, med["ours"][i], med[best][i], f"{wins}/{seeds}"])
+        goals.append(Goal(f"{p.name}, {at} budget: ours above every peer's median and wins "
+                          f">= 80 % of paired seeds vs the best peer",
+                          f"ours {med['ours'][i]:.4f} vs {best} {med[best][i]:.4f}; "
+                          f"wins {wins}/{seeds}", ok))
+    tables.append(Table(f"{p.label}: ours against the best peer (paired by seed)",
+                        ["budget", "best peer", "ours median", "peer median", "ours wins"],
+                        pair_rows))
+    data = {"curves": curves, "normalisation": {"lo": lo.tolist(), "hi": hi.tolist()},
+            "points_at_max_t": {m: [[list(map(float, x)) for x in r] for r in runs[m]]
+                                for m in methods}, "wall_s": wall}
+    return tables, goals, data, wall
+
+
+SYNE_TUNE_NOTE = (
+    "Syne Tune 0.16's MOASHA, as installed: Bracket.on_result takes the list returned by "
+    "NonDominatedPriority (an ORDER of row indices) as per-row priorities, and "
+    "compute_epsilon_net returns ranks that nondominated_sort then uses as an order; so the "
+    "new trial's 'rank' is the index of whichever row sorts last / n, not its own position. "
+    "It is run as published.")
+
+
+def _methods() -> tuple[list[str], str | None]:
+    missing = _syne_tune_missing()
+    return [m for m in METHODS if m != "syne_tune_moasha" or missing is None], missing
+
+
+def run(quick: bool, ctx: dict) -> Result:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        probs = problems()
+    except (ImportError, FileNotFoundError) as e:
+        return Result(NAME, TITLE, status="unavailable", reason=str(e))
+    seeds = ctx.get("seeds") or (2 if quick else 10)
+    budget_full = 6 if quick else 40
+    methods, st_missing = _methods()
+    tables, goals, data, wall = [], [], {}, {}
+    for p in probs:
+        t, g, d, w = compare(p, seeds, budget_full, methods)
+        tables += t
+        goals += g
+        data[p.name], wall[p.name] = d, w
+    notes = [f"syne_tune_moasha not run: {st_missing}."] if st_missing else []
+    notes += [
+        SYNE_TUNE_NOTE,
+        "NSGA-II's population is 50: with this budget its no-early-stopping runs finish few "
+        "more trials than one generation, so it is close to random search here.",
+        "The digits ResNet problem (real training, measured latency) is the separate record "
+        "multi_objective_digits.",
+        f"Wall time per problem (s): {wall}. The machine is shared (2 cores; load averages "
+        "in the header).",
+    ]
+    return Result(NAME, TITLE, settings={"budget_full_trainings": budget_full,
+                                         "fractions": list(FRACTIONS), "methods": methods,
+                                         "wall_s": wall},
+                  seeds={"seeds": f"0..{seeds - 1}", "count": seeds},
+                  tables=tables, goals=goals, notes=notes, data=data)
