@@ -160,3 +160,18 @@ def test_the_winner_of_the_cross_validated_front(pick):
     assert win == ("1" if pick == "knee" else "2") and by[win]["winner"]
     assert "within the constraints" in reason
     assert by["2"]["objectives"] == {"cv_accuracy": 0.97, "latency_ms": 0.6}
+
+
+def test_f1_against_size_needs_no_code():
+    """Any reported metric against any cost: ``val_f1`` against ``params`` maps to CV
+    ``f1_macro`` on the final front, with three objectives as well."""
+    exp = _exp({"objectives": [{"metric": "val_f1"}, {"metric": "params"}]})
+    assert front_axes(exp) == [("cv_f1_macro", "max", "cv:f1_macro"), ("params", "min", "params")]
+    three = _exp({"sampler": "nsga2", "objectives": [
+        {"metric": "val_accuracy"}, {"metric": "macs"}, {"metric": "model_bytes"}]})
+    assert Objectives.of(three.search).mode == ("max", "min", "min")
+    assert [a[0] for a in front_axes(three)] == ["cv_accuracy", "macs", "model_bytes"]
+    rows = [_cv_row(0, 0.9), _cv_row(1, 0.8)]
+    win, _, table = choose_on_front(exp, rows, {"0": {"params": 900}, "1": {"params": 100}},
+                                    {"0", "1"})
+    assert all(r["on_front"] for r in table) and win in ("0", "1")
