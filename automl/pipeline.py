@@ -570,7 +570,9 @@ def print_leaderboard(console: Console, rows: list[dict], metric: str) -> None:
     """The top trials as a table: the sampled params that differ between rows, per row;
     those every row shares, once, in the caption (all are in ``leaderboard.json``)."""
     table = Table(title="leaderboard", show_lines=False)
-    for col in ("rank", "trial", metric, "epochs", "end", "config"):
+    fixed = {"trial_id", metric, "epochs", "end_state", "params"}
+    others = [k for k in (rows[0] if rows else {}) if k not in fixed]  # other objectives
+    for col in ("rank", "trial", metric, *others, "epochs", "end", "config"):
         # piped output is 80 columns: values wrap onto more lines rather than being cut
         table.add_column(col, overflow="fold")
     keys = sorted({k for r in rows for k in r["params"]})
@@ -582,6 +584,7 @@ def print_leaderboard(console: Console, rows: list[dict], metric: str) -> None:
         value = r.get(metric)
         cfg = _params_text(r["params"], varying)
         table.add_row(str(i), r["trial_id"], f"{value:.4f}" if value is not None else "-",
+                      *(f"{r[k]:.4g}" if r.get(k) is not None else "-" for k in others),
                       str(r["epochs"]), r["end_state"], cfg)
     console.print(table)
 

@@ -210,12 +210,12 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
     win = reg.register(name, files, format=CHECKPOINT, lineage=lineage,
                        tracking=_tracking(target, chosen["trial_id"], name, ["best", sweep]),
                        card=card)
-    front = register_front(reg, exp, run_dir, summary, win)
+    front = register_front(reg, exp, run_dir, summary, win, target)
     return [win, *register_compressed(reg, exp, run_dir, summary, win, target), *front]
 
 
 def register_front(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
-                   win: ModelVersion) -> list[ModelVersion]:
+                   win: ModelVersion, target: WandbTarget | None = None) -> list[ModelVersion]:
     """Several objectives: every member of the cross-validated Pareto front
     (``summary["pareto"]``) as a version of ``<registry.name>-pareto``, with its objective
     values, whether it keeps the constraints, and tags in the lineage; the winner's
@@ -245,7 +245,9 @@ def register_front(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
                    "tags": ["pareto", *(["winner"] if r["winner"] else []),
                             "feasible" if r["feasible"] else "infeasible"],
                    "run_finished_at": now()}
-        v = reg.register(name, {"model.pt": src}, format=CHECKPOINT, lineage=lineage)
+        aliases = ["pareto", Path(run_dir).name, *(["winner"] if r["winner"] else [])]
+        v = reg.register(name, {"model.pt": src}, format=CHECKPOINT, lineage=lineage,
+                         tracking=_tracking(target, r["trial_id"], name, aliases))
         if r["winner"]:
             v = reg.set_alias(v.ref, "winner")
         out.append(v)

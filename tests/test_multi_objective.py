@@ -175,3 +175,14 @@ def test_f1_against_size_needs_no_code():
     win, _, table = choose_on_front(exp, rows, {"0": {"params": 900}, "1": {"params": 100}},
                                     {"0", "1"})
     assert all(r["on_front"] for r in table) and win in ("0", "1")
+
+
+def test_the_resolved_spec_of_a_run_loads_again(tmp_path):
+    """``spec.yaml`` in a run directory (what resume reads) holds metric/mode filled in
+    from the first objective: it validates to the same experiment."""
+    import yaml
+
+    exp = _exp({**MO, "constraints": [{"metric": "latency_ms", "max": 0.8}]})
+    path = write_spec(tmp_path, yaml.safe_dump(exp.to_dict()))
+    again = load_spec(path)
+    assert again == exp and again.search.objective_list() == exp.search.objective_list()

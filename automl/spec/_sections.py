@@ -448,9 +448,6 @@ class SearchSpec(_Strict):
                 f"search.objectives: {len(objs)} entr{'y' if len(objs) == 1 else 'ies'}; a "
                 "multi-objective search takes 2 or 3 (for one, write search.metric and "
                 "search.mode instead)")
-        if "metric" in self.model_fields_set or "mode" in self.model_fields_set:
-            raise ValueError("search.objectives: replaces search.metric and search.mode; "
-                             "remove those two keys")
         seen: dict[str, int] = {}
         objs = list(objs)
         for i, o in enumerate(objs):
@@ -474,6 +471,11 @@ class SearchSpec(_Strict):
                              f"search.objectives use one of {', '.join(MO_SAMPLERS)}")
         object.__setattr__(self, "objectives", objs)
         first = objs[0]
+        # the resolved spec (spec.yaml of a run) names the first objective as metric/mode
+        if ("metric" in self.model_fields_set and self.metric != first.metric) or (
+                self.mode is not None and self.mode != first.mode):
+            raise ValueError("search.objectives: replaces search.metric and search.mode; "
+                             "remove those two keys")
         if first.metric not in REPORTED_METRICS:
             raise ValueError(f"search.objectives.0.metric: the first objective is the "
                              f"quality the search ranks by ({', '.join(REPORTED_METRICS)}); "

@@ -87,6 +87,8 @@ def log_winner(target: WandbTarget, run_dir: Path, summary: dict, versions: list
                                                        data=rows)}, step=step)
         logged = {}
         for v in versions:
+            if not v.tracking:  # registered without a W&B artifact name
+                continue
             aliases = list(v.tracking["aliases"])
             run.log_artifact(_artifact(v, aliases), aliases=aliases)
             logged[v.ref] = {"name": v.tracking["artifact"], "aliases": aliases}
