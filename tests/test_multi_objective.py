@@ -186,3 +186,20 @@ def test_the_resolved_spec_of_a_run_loads_again(tmp_path):
     path = write_spec(tmp_path, yaml.safe_dump(exp.to_dict()))
     again = load_spec(path)
     assert again == exp and again.search.objective_list() == exp.search.objective_list()
+
+
+def test_a_model_is_not_on_the_front_for_being_faster_by_noise():
+    """Two trials of one model measure latencies a few percent apart: the less accurate
+    one is not on the front for that (relative tolerance on latency_ms), while a real
+    speed-up still is; with no tolerance the front is plain Pareto dominance."""
+    from automl.search import front_within, pareto_front
+
+    pts = [[-0.58, 0.1921], [-0.28, 0.1898], [-0.20, 0.10], [-0.60, 0.30]]
+    assert list(pareto_front(pts)) == [0, 1, 2, 3]
+    assert list(front_within(pts, [0.0, 0.0])) == [0, 1, 2, 3]
+    assert list(front_within(pts, [0.0, 0.10])) == [0, 2, 3]
+    obj = Objectives(("val_accuracy", "latency_ms"), ("max", "min"))
+    trials = [_rec(i, -a, lat) for i, (a, lat) in enumerate(pts)]
+    assert set(pareto_of(rank_trials(trials, obj), obj)) == {"0", "2", "3"}
+    with pytest.raises(ValueError, match="tolerance needs 2 entries"):
+        front_within(pts, [0.1])

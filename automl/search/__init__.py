@@ -17,7 +17,7 @@ front's geometry (:func:`non_dominated_sort`, :func:`pareto_front`, :func:`sprea
 
 from automl.search._asha import CONTINUE, STOP, RungPolicy, judged_at
 from automl.search._front import candidates as cv_candidates
-from automl.search._front import pareto_of, rank_trials
+from automl.search._front import front_within, pareto_of, rank_trials
 from automl.search._ledger import SweepView, TrialLog, TrialSink, read_ledger
 from automl.search._objectives import Objectives
 from automl.search._pareto import hypervolume, knee, non_dominated_sort, pareto_front, spread
@@ -29,7 +29,7 @@ from automl.search._tuner import run_search
 
 __all__ = [
     "CONTINUE", "STOP", "Objectives", "RungPolicy", "SearchResult", "StudySearch", "SweepView",
-    "TrialLog", "TrialRecord", "TrialSink", "cv_candidates", "end_state", "hypervolume",
+    "TrialLog", "TrialRecord", "TrialSink", "cv_candidates", "end_state", "front_within", "hypervolume",
     "judged_at", "knee", "make_policy", "make_sampler", "non_dominated_sort", "pareto_front",
     "pareto_of", "rank_trials", "read_ledger", "run_search", "spread",
 ]

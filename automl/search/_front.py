@@ -13,8 +13,31 @@ from collections.abc import Sequence
 import numpy as np
 
 from automl.search._objectives import Objectives
-from automl.search._pareto import mo_order, pareto_front, spread
+from automl.search._pareto import mo_order, spread
 from automl.search._result import COMPLETED, DIVERGED, FAILED, TrialRecord
+
+
+def front_within(points, tolerance: Sequence[float]) -> np.ndarray:
+    """Indices (ascending) of the rows of ``points`` (``(n, m)``, every objective
+    minimised) that no other row dominates by more than ``tolerance``: row ``b``
+    dominates row ``a`` when on every objective ``b_j <= a_j + t_j |a_j|`` and on at least
+    one ``b_j < a_j - t_j |a_j|`` (relative epsilon-dominance, Laumanns et al. 2002, with
+    ``t_j`` a measurement's noise; ``t = 0`` everywhere is plain Pareto dominance).
+
+    Raises:
+        ValueError: ``tolerance`` does not have one entry per objective.
+    """
+    p = np.asarray(points, dtype=float)
+    if len(p) == 0:
+        return np.zeros(0, dtype=int)
+    t = np.asarray(tolerance, dtype=float)
+    if t.shape != (p.shape[1],):
+        raise ValueError(f"tolerance needs {p.shape[1]} entries, got {len(t)}")
+    slack = t * np.abs(p)  # (n, m), per dominated row a
+    no_worse = (p[:, None, :] <= p[None, :, :] + slack[None, :, :]).all(axis=2)  # [b, a]
+    better = (p[:, None, :] < p[None, :, :] - slack[None, :, :]).any(axis=2)
+    dominated = (no_worse & better).any(axis=0)
+    return np.flatnonzero(~dominated)
 
 
 def _eligible(trials: Sequence[TrialRecord], objectives: Objectives) -> list[TrialRecord]:
@@ -53,16 +76,16 @@ def rank_trials(trials: Sequence[TrialRecord], objectives: Objectives) -> list[T
 
 def pareto_of(ranked: Sequence[TrialRecord], objectives: Objectives) -> list[str]:
     """Trial ids of the search's Pareto front, in :func:`rank_trials` order: the
-    non-dominated trials among the feasible ones that ran all their epochs (when none did,
-    among every feasible trial; when none is feasible, among all). Empty for one
-    objective."""
+    non-dominated trials (:func:`front_within`, with the noise tolerance of measured
+    objectives) among the feasible ones that ran all their epochs (when none did, among
+    every feasible trial; when none is feasible, among all). Empty for one objective."""
     if not objectives.multi or not ranked:
         return []
     feasible = [t for t in ranked if objectives.feasible(t.metrics)]
     done = [t for t in feasible if t.end_state == COMPLETED]
     pool = done or feasible or list(ranked)
     points = np.array([objectives.minimised(t.metrics) for t in pool], dtype=float)
-    keep = {pool[i].trial_id for i in pareto_front(points)}
+    keep = {pool[i].trial_id for i in front_within(points, objectives.tolerances())}
     return [t.trial_id for t in ranked if t.trial_id in keep]
 
 

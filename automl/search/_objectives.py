@@ -17,6 +17,11 @@ from typing import Any
 
 from automl.spec import SearchSpec
 
+#: Relative differences a measured objective must exceed to count on a Pareto front:
+#: two trials of the same model measure latencies that differ by noise (benchmarks/results/
+#: latency_stability.md), and a model must not join the front for being 2% faster by chance.
+TOLERANCE = {"latency_ms": 0.10}
+
 
 @dataclass(frozen=True)
 class Objectives:
@@ -53,6 +58,10 @@ class Objectives:
             return None
         vals = v if isinstance(v, tuple) else (v,)
         return [-s * x for s, x in zip(self.signs, vals, strict=True)]
+
+    def tolerances(self) -> list[float]:
+        """Relative tolerance per objective (:data:`TOLERANCE`; 0 for exact metrics)."""
+        return [TOLERANCE.get(m, 0.0) for m in self.metrics]
 
     @property
     def multi(self) -> bool:

@@ -3,7 +3,8 @@
 The front's axes are the search's objectives with each quality metric replaced by its
 cross-validation mean (``val_accuracy`` -> CV ``accuracy``, ``val_f1`` -> CV ``f1_macro``,
 any other -> ``selection.metric``) and each cost (``params``, ``macs``, ``model_bytes``,
-``latency_ms``) as the trial measured it. ``selection.pick`` names the winner: ``knee``,
+``latency_ms``) as the trial measured it; measured axes count only differences beyond
+their noise (:data:`automl.search._objectives.TOLERANCE`). ``selection.pick`` names the winner: ``knee``,
 the knee of the feasible front (:func:`automl.search.knee`, Branke et al. 2004), or
 ``best``, the best CV ``selection.metric`` among the feasible candidates.
 """
@@ -14,7 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from automl.search import Objectives, knee, pareto_front
+from automl.search import Objectives, front_within, knee
+from automl.search._objectives import TOLERANCE
 from automl.spec import REPORTED_METRICS, Experiment
 
 #: the CV score that stands for a search-time quality metric on the final front
@@ -70,7 +72,8 @@ def choose_on_front(exp: Experiment, rows: Sequence[dict], searched: dict[str, d
     pool = feasible or scored
     signs = np.array([1.0 if mode == "max" else -1.0 for _, mode, _ in axes])
     points = np.array([[value(r, src) for _, _, src in axes] for r in pool]) * -signs
-    on_front = [pool[i] for i in pareto_front(points)]
+    tol = [TOLERANCE.get(src, 0.0) for _, _, src in axes]
+    on_front = [pool[i] for i in front_within(points, tol)]
     front_points = np.array([[value(r, src) for _, _, src in axes] for r in on_front]) * -signs
     score = exp.selection.metric
     if exp.selection.pick == "best":
