@@ -5,7 +5,7 @@ measured CPU latency (issue 15): the methods and the hypervolume of
 reduction factor 3: rungs 2 and 6).
 
 Real training costs minutes per run on 2 shared cores, so this record runs fewer seeds
-and a smaller budget than the YAHPO problems (3 seeds, 10 full trainings; quick: 1 seed,
+and a smaller budget than the YAHPO problems (3 seeds, 8 full trainings; quick: 1 seed,
 3) and leaves NSGA-II out (its first generation of 50 is random sampling at this budget;
 ``random`` stands for it). ``python -m benchmarks --only multi_objective_digits``.
 """
@@ -24,7 +24,7 @@ def run(quick: bool, ctx: dict) -> Result:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seeds = ctx.get("seeds") or (1 if quick else 3)
-    budget_full = 3 if quick else 10
+    budget_full = 3 if quick else 8
     methods, st_missing = _methods()
     methods = [m for m in methods if m != "nsga2"]
     p = digits_problem()
