@@ -290,7 +290,7 @@ def measure_checkpoint(path: str | Path, threads: int = 1, repeats: int = 20) ->
     ``TrainState.checkpoint`` file, for a card whose run measured nothing."""
     import torch
 
-    from automl.compress._base import count_macs_params, latency_ms
+    from automl.models.cost import count_macs_params, latency_ms
     from automl.train import load_checkpoint
 
     model, ckpt = load_checkpoint(path)

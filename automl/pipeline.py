@@ -591,7 +591,14 @@ def print_leaderboard(console: Console, rows: list[dict], metric: str) -> None:
 
 def print_front(console: Console, rows: list[dict]) -> None:
     """The cross-validated Pareto front (``cv.json`` ``pareto``) as a table: every
-    candidate's axes, whether it keeps the constraints, is on the front, or won."""
+    candidate's axes, whether it keeps the constraints, is on the front, or won.
+
+    Args:
+        rows: ``{"trial_id", "objectives": {metric: value}, "feasible", "on_front",
+            "winner"}`` per candidate, as :class:`automl.selection.CVResult` ``pareto``
+            holds them (front members first, then by the first objective, descending).
+            Raises nothing; an empty list prints an empty table.
+    """
     axes = list(rows[0]["objectives"]) if rows else []
     table = Table(title="pareto front (cross-validated)", show_lines=False)
     for col in ("trial", *axes, "feasible", "front"):

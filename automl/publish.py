@@ -142,8 +142,8 @@ def winner_formats(run_dir: Path, summary: dict) -> tuple[dict[str, Path], dict[
                 "script_skipped")
         return files, measurement
     from automl.card import measure_checkpoint
-    from automl.compress._base import quiet
     from automl.compress.onnx_export import OnnxModel, export_onnx, ort_latency_ms
+    from automl.models.cost import quiet
     from automl.train import load_checkpoint
 
     model, ckpt = load_checkpoint(best)
@@ -221,7 +221,14 @@ def register_front(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
     values, whether it keeps the constraints, and tags in the lineage; the winner's
     version there is its refit checkpoint and gets the alias ``winner``. The other
     members hold their sweep checkpoint (trained on the training rows, at their last
-    epoch). Returns the new versions (none for one objective)."""
+    epoch); a member whose checkpoint file is gone is skipped.
+
+    Returns:
+        The new versions, in front order (empty for one objective).
+
+    Raises:
+        RegistryError: the registry name is not a valid model name (``registry.name``).
+    """
     rows = [r for r in summary.get("pareto") or [] if r.get("on_front")]
     if not rows:
         return []

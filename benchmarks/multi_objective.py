@@ -244,27 +244,46 @@ def run_core(p: Problem, method: str, seed: int, budget: int) -> list[tuple[int,
         s = search.ask()
         if s is None:
             break
-        prev, state, last = 0, "stopped_early", None
-        for t in marks:
-            if spent + (t - prev) > budget:
-                spent = budget
-                break
-            spent += t - prev
-            prev = t
-            acc, cost = p.evaluate(s.config, t)
-            last = (t, (acc, cost))
-            search.report(s.number, t, (acc, cost))
-            if t == p.max_t:
-                state = "completed"
-                done.append((spent, acc, cost))
-                break
-            if policy is not None and policy.on_report(s.number, t, (acc, cost)) == STOP:
-                break
+
+        def result(t: int, acc: float, cost: float, number: int = s.number) -> bool:
+            search.report(number, t, (acc, cost))
+            return (t < p.max_t and policy is not None
+                    and policy.on_report(number, t, (acc, cost)) == STOP)
+
+        spent, last = _train(p, s.config, marks, budget, spent, result, done)
         if last is None:
             search.end(s.number, "failed")
         else:
-            search.end(s.number, state, last[0], last[1])
+            state = "completed" if last[0] == p.max_t else "stopped_early"
+            search.end(s.number, state, last[0], (last[1], last[2]))
     return done
+
+
+def _train(p: Problem, config: dict, marks: list[int], budget: int, spent: int,
+           result, done: list) -> tuple[int, tuple[int, float, float] | None]:
+    """Train ``config`` through the epochs ``marks``, charging each step's epochs to the
+    budget; ``result(t, acc, cost) -> stop`` is called at each mark. A trial that reaches
+    ``max_t`` is appended to ``done`` as ``(epochs spent, acc, cost)``.
+
+    Returns:
+        ``(epochs spent so far, (t, acc, cost) of the last evaluation or None)``; the
+        budget is spent in full when the next step would not fit.
+    """
+    prev, last = 0, None
+    for t in marks:
+        if spent + (t - prev) > budget:
+            return budget, last
+        spent += t - prev
+        prev = t
+        acc, cost = p.evaluate(config, t)
+        last = (t, acc, cost)
+        stop = result(t, acc, cost)
+        if t == p.max_t:
+            done.append((spent, acc, cost))
+            break
+        if stop:
+            break
+    return spent, last
 
 
 def run_syne_tune(p: Problem, seed: int, budget: int) -> list[tuple[int, float, float]]:
@@ -290,19 +309,12 @@ def run_syne_tune(p: Problem, seed: int, budget: int) -> list[tuple[int, float, 
         config = active(cs, dict(sch.suggest().config))
         trial = Trial(trial_id=tid, config=config, creation_time=datetime.now())
         sch.on_trial_add(trial)
-        prev = 0
-        for t in marks:
-            if spent + (t - prev) > budget:
-                spent = budget
-                break
-            spent += t - prev
-            prev = t
-            acc, cost = p.evaluate(config, t)
-            if t == p.max_t:
-                done.append((spent, acc, cost))
-                break
-            if sch.on_trial_result(trial, {"epoch": t, "neg_acc": -acc, "cost": cost}) == SchedulerDecision.STOP:
-                break
+
+        def result(t: int, acc: float, cost: float, trial: Trial = trial) -> bool:
+            return t < p.max_t and sch.on_trial_result(
+                trial, {"epoch": t, "neg_acc": -acc, "cost": cost}) == SchedulerDecision.STOP
+
+        spent, _ = _train(p, config, marks, budget, spent, result, done)
         tid += 1
     return done
 

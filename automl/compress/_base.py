@@ -7,11 +7,9 @@ Accuracies and drops are fractions (0.01 = one percentage point).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,18 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from automl.models.cost import count_macs_params, latency_ms  # shared with the search's cost metrics
+# shared with the search's cost metrics, and re-exported for the compression stages
+from automl.models.cost import count_macs_params, latency_ms, quiet  # noqa: F401
 
 LossFn = Callable[[Tensor, Tensor, Tensor], Tensor]  # (logits, y_batch, batch_index) -> loss
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Silence the deprecation/tracer warnings torch.ao, torch.jit and torch-pruning emit."""
-    with warnings.catch_warnings():
-        for cat in (DeprecationWarning, FutureWarning, UserWarning, torch.jit.TracerWarning):
-            warnings.simplefilter("ignore", cat)
-        yield
 
 
 def to_dict(obj: Any) -> Any:

@@ -20,12 +20,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-__all__ = ["count_macs_params", "latency_ms", "model_bytes", "model_costs"]
+__all__ = ["count_macs_params", "latency_ms", "model_bytes", "model_costs", "quiet"]
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Silence the tracer/deprecation warnings torch-pruning's counter and torch emit."""
+def quiet() -> Iterator[None]:
+    """Silence the deprecation/tracer warnings torch.ao, torch.jit, torch-pruning's counter
+    and torch emit (one filter set for the search's cost metrics and for compression)."""
     with warnings.catch_warnings():
         for cat in (DeprecationWarning, FutureWarning, UserWarning, torch.jit.TracerWarning):
             warnings.simplefilter("ignore", cat)
@@ -59,7 +60,7 @@ def count_macs_params(model: nn.Module, example: Tensor) -> tuple[int, int]:
     ``example`` is a batch ``(B, ...)`` of which the first row is used."""
     import torch_pruning as tp  # deferred: a heavy import the model zoo does not need
 
-    with _quiet():
+    with quiet():
         macs, params = tp.utils.count_ops_and_params(model, example[:1])
     return int(macs), int(params)
 
