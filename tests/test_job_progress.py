@@ -13,6 +13,7 @@ from automl.budget import Candidate, JobBudget, _parallel, candidate_of
 from automl.search import RungPolicy
 from automl.search._adapters import BudgetStopper
 from automl.search._eta import TrialState, expected_epochs, sweep_eta
+from automl.search._tuner import warm_point
 from automl.spec import Experiment
 
 
@@ -41,6 +42,30 @@ def test_sweep_eta_counts_running_and_unstarted_trials_and_overhead():
     assert capped == 2.0
     assert sweep_eta([], 4, rungs=[], passed={}, reduction_factor=None, epoch_s=1.0,
                      elapsed_s=0.0, slots=2, epochs_done=0) is None
+
+
+def test_sweep_eta_charges_the_cold_start_once_not_to_every_trial_to_come():
+    # 2 slots; both trials started only at 4 s (Tune's set-up, torch imports), then
+    # 3 more started by 10 s with 0.2 s of slot time outside epochs each
+    trials = [TrialState(2, 2, True), TrialState(2, 2, True), TrialState(2, 2, True),
+              TrialState(1, 2, False), TrialState(1, 2, False)]
+    kw = dict(rungs=[], passed={}, reduction_factor=None, epoch_s=1.0, elapsed_s=10.0,
+              slots=2, epochs_done=8)
+    cold = sweep_eta(trials, 10, **kw)
+    warm = sweep_eta(trials, 10, **kw, warm=(4.0, 0, 2))
+    left_epochs = 2 * 1 + 5 * 2
+    assert cold == pytest.approx((left_epochs + 5 * (20 - 8) / 5) / 2)  # 2.4 s a trial
+    assert warm == pytest.approx((left_epochs + 5 * ((10 - 4) * 2 - 8) / 3) / 2)
+    assert warm < cold
+    # before every slot has started a trial (or with no start since), the old measure
+    assert sweep_eta(trials, 10, **kw, warm=(4.0, 0, 5)) == pytest.approx(cold)
+
+
+def test_warm_point_is_the_slots_th_start_of_this_session():
+    trials = [TrialState(0, 2, False)] * 4  # one from an earlier session, 3 started now
+    starts = [(3.0, 0, 1), (3.5, 0, 2), (6.0, 4, 3)]
+    assert warm_point(starts[:1], trials, 2) is None
+    assert warm_point(starts, trials, 2) == (3.5, 0, 3)  # 1 earlier + 2 started by then
 
 
 def test_policy_counts_who_continued_at_each_rung():

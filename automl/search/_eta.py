@@ -5,8 +5,11 @@ Pure: no Ray, no clock of its own. Model (a trial's slot time is its epochs plus
 cost per trial):
 
 * ``s`` = measured seconds per epoch (training steps + validation, the trials' own
-  ``train_time_s + eval_time_s``), ``o`` = the rest of the slot time used so far
-  (``elapsed x slots - epochs x s``) per trial started: start-up, gaps, reporting;
+  ``train_time_s + eval_time_s``), ``o`` = the rest of the slot time per trial started:
+  start-up, gaps, reporting. It is measured from the moment every slot first held a
+  trial (``warm``), so the sweep's one-off cold start (Tune's set-up, the first trial
+  processes importing torch: 6-10 slot seconds on 2 cores, measured) is not charged
+  again to every trial still to come; before then, from the sweep's start;
 * a trial at epoch ``e`` of ``target`` runs to the next rung surely and past each rung
   ``r`` with the rate at which trials judged there continued (with a prior of
   ``1/reduction_factor``, Li et al. 2020's promotion rate, worth :data:`PRIOR` trials);
@@ -53,7 +56,8 @@ class TrialState:
 def sweep_eta(trials: Sequence[TrialState], total: int, *, rungs: Sequence[int],
               passed: Mapping[int, tuple[int, int]], reduction_factor: float | None,
               epoch_s: float, elapsed_s: float, slots: int, epochs_done: int,
-              time_budget_s: float | None = None) -> float | None:
+              time_budget_s: float | None = None,
+              warm: tuple[float, int, int] | None = None) -> float | None:
     """Seconds still to go of a sweep of ``total`` trials (module doc), or None before
     any epoch was measured.
 
@@ -66,6 +70,9 @@ def sweep_eta(trials: Sequence[TrialState], total: int, *, rungs: Sequence[int],
         elapsed_s: wall seconds of the sweep so far (this session).
         slots: trials that run at once.
         epochs_done: epochs reported in this session (``elapsed_s`` paid for them).
+        warm: ``(elapsed_s, epochs_done, trials started)`` when the ``slots``-th trial of
+            this session started, or None (not yet, or unknown): the overhead per trial
+            is measured from then on.
     """
     if epochs_done <= 0 or epoch_s <= 0 or slots <= 0:
         return None
@@ -82,6 +89,10 @@ def sweep_eta(trials: Sequence[TrialState], total: int, *, rungs: Sequence[int],
     epochs = sum(expected_epochs(t.epoch, t.target, rungs, rate) for t in running)
     epochs += left * expected_epochs(0, round(mean_target), rungs, rate)
     overhead = max(0.0, elapsed_s * slots - epochs_done * epoch_s) / max(started, 1)
+    if warm is not None and started > warm[2]:
+        w_elapsed, w_epochs, w_started = warm
+        overhead = max(0.0, (elapsed_s - w_elapsed) * slots
+                       - (epochs_done - w_epochs) * epoch_s) / (started - w_started)
     eta = (epochs * epoch_s + left * overhead) / slots
     if time_budget_s is not None:
         eta = min(eta, max(0.0, time_budget_s - elapsed_s))

@@ -117,9 +117,21 @@ def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
                          passed=policy.pass_counts() if policy is not None else {},
                          reduction_factor=rf, epoch_s=epoch_s,
                          elapsed_s=elapsed, slots=slots,
-                         epochs_done=ledger.epochs, time_budget_s=time_budget_s)
+                         epochs_done=ledger.epochs, time_budget_s=time_budget_s,
+                         warm=warm_point(ledger.starts, trials, slots))
 
     return eta
+
+
+def warm_point(starts: list[tuple[float, int, int]], trials: list[TrialState],
+               slots: int) -> tuple[float, int, int] | None:
+    """The ``(elapsed_s, epochs, started)`` of this session's ``slots``-th trial start,
+    shifted to count every trial started before it (a resumed sweep's earlier trials
+    included), or None before every slot held a trial."""
+    if len(starts) < slots:
+        return None
+    elapsed, epochs, n = starts[slots - 1]
+    return elapsed, epochs, len(trials) - len(starts) + n
 
 
 def storage_path(exp: Experiment, run_dir: Path) -> str:
