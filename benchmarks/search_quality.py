@@ -215,6 +215,9 @@ def run(quick: bool, ctx: dict) -> Result:
     goals(res, problems, ranked, summaries)
     plot = rank_plot(summaries, out)
     res.data["rank_plot"] = plot
+    if ctx.get("skip_checks"):  # unit tests: no fresh processes, no Ray
+        res.notes += notes(unavailable, {}, plot, stopped_early)
+        return res
     res.data["reproducibility"] = reproducibility(cells, quick, problems, ranked)
     rep = res.data["reproducibility"]
     res.tables.append(Table("Reproducibility: cells re-run in fresh processes "
@@ -405,7 +408,8 @@ def rank_plot(summaries, out: Path) -> str | None:
         ax.set(xlabel="budget (full trainings)", ylabel="average rank (1 = best)",
                title="sequential" if w == "1" else f"{w} asynchronous workers")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=8, loc="upper right")
+    if any(s["rank_curve"] for s in summaries.values()):
+        axes[0][-1].legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     out.mkdir(parents=True, exist_ok=True)
     path = out / "search_quality_rank.png"
