@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default=None, metavar="K,...",
                     help="search_quality: worker counts on the simulated clock (default 1,4; "
                          "quick: 1)")
+    ap.add_argument("--async-seeds", type=int, default=None, metavar="N",
+                    help="search_quality: run only the first N seeds with more than 1 worker "
+                         "(default: all)")
     ap.add_argument("--methods", default=None, metavar="M,...",
                     help="search_quality: methods to run (automl always; e.g. "
                          "smac,dehb,automl[brackets=3])")
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             if not names:
                 return 0
     ctx: dict = {"seeds": args.seeds, "trials": args.trials, "out": out,
-                 "time_limit_s": args.time_limit}
+                 "time_limit_s": args.time_limit, "async_seeds": args.async_seeds}
     try:
         ctx.update(_search_quality_args(args))
     except ValueError as e:
@@ -125,11 +128,11 @@ def _search_quality_args(args) -> dict:
         if not out["workers"] or min(out["workers"]) < 1:
             raise ValueError(f"--workers: need integers >= 1, got {args.workers!r}")
     if args.methods is not None:
-        from benchmarks._peers import METHODS, VARIANTS, _VARIANT
+        from benchmarks._peers import METHODS, VARIANT_PATTERN, VARIANTS
 
         out["methods"] = [m.strip() for m in args.methods.split(",") if m.strip()]
         for m in out["methods"]:
-            if m not in METHODS + VARIANTS and not _VARIANT.match(m):
+            if m not in METHODS + VARIANTS and not VARIANT_PATTERN.match(m):
                 raise ValueError(f"--methods: unknown method {m!r}; one of "
                                  f"{', '.join(METHODS + VARIANTS)}")
     return out

@@ -262,7 +262,7 @@ class SMACRunner:
         pass
 
 
-_VARIANT = re.compile(r"^automl\[(\w+)=(\d+)\]$")
+VARIANT_PATTERN = re.compile(r"^automl\[(\w+)=(\d+)\]$")
 
 
 def make_runner(method: str, problem, seed: int):
@@ -273,7 +273,7 @@ def make_runner(method: str, problem, seed: int):
     """
     if method == "automl":
         return CoreRunner(problem, experiment(problem, seed))
-    if (m := _VARIANT.match(method)) is not None:
+    if (m := VARIANT_PATTERN.match(method)) is not None:
         return CoreRunner(problem, experiment(problem, seed, **{m.group(1): m.group(2)}))
     if method == "random":
         return CoreRunner(problem, experiment(problem, seed, "random", asha=False))

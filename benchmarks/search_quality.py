@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from benchmarks import _sqstats as st
@@ -63,8 +64,10 @@ def run_cell(problem: str, method: str, seed: int, workers: int,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     p = load(problem)
     t0 = time.perf_counter()
-    runner = make_runner(method, p, seed)
-    events = _events.run(p, runner, budget_full * p.max_t, workers)
+    with warnings.catch_warnings():  # the peers' deprecation notices, once per trial
+        warnings.simplefilter("ignore")
+        runner = make_runner(method, p, seed)
+        events = _events.run(p, runner, budget_full * p.max_t, workers)
     return {"problem": problem, "method": method, "seed": seed, "workers": workers,
             "budget_full": budget_full, "trace": st.trace(events),
             "trials": len({e.trial for e in events}), "reports": len(events),
@@ -166,29 +169,35 @@ def run(quick: bool, ctx: dict) -> Result:
             unavailable[name] = str(e).splitlines()[0]
     problems = [p for p in problems if p not in unavailable]
     ran, stopped_early = 0, False
-    for workers in workers_list:
-        for seed in seeds:
-            for problem in problems:
-                for method in methods:
-                    if method in unavailable or cells.get(problem, method, seed, workers):
-                        continue
-                    if limit is not None and time.time() - t_start > limit:
-                        stopped_early = True
-                        break
-                    try:
-                        cells.add(run_cell(problem, method, seed, workers))
-                        ran += 1
-                    except ImportError as e:
-                        unavailable[method] = str(e).splitlines()[0]
-                    print(f"   {problem} {method} seed {seed} workers {workers}: "
-                          f"{'unavailable' if method in unavailable else 'done'}", flush=True)
+    async_seeds = ctx.get("async_seeds")
+    async_seeds = len(seeds) if async_seeds is None else min(int(async_seeds), len(seeds))
+    # seed-major, the worker counts interleaved: a run cut short by --time-limit still has
+    # complete seeds of every setting
+    plan = [(w, s) for s in seeds for w in workers_list if w == 1 or s < async_seeds]
+    for workers, seed in plan:
+        for problem in problems:
+            for method in methods:
+                if stopped_early:
+                    break
+                if method in unavailable or cells.get(problem, method, seed, workers):
+                    continue
+                if limit is not None and time.time() - t_start > limit:
+                    stopped_early = True
+                    break
+                try:
+                    cells.add(run_cell(problem, method, seed, workers))
+                    ran += 1
+                except ImportError as e:
+                    unavailable[method] = str(e).splitlines()[0]
+                print(f"   {problem} {method} seed {seed} workers {workers}: "
+                      f"{'unavailable' if method in unavailable else 'done'}", flush=True)
     ranked = [m for m in methods if m in METHODS and m not in unavailable]
     variants = [m for m in methods if m not in METHODS and m not in unavailable]
     refs = references(problems, cells, folder)
     res.settings = {
         "problems": problems, "methods": methods, "ranked_methods": ranked,
         "variants": variants, "budget_full_trainings": BUDGET_FULL, "marks": list(MARKS),
-        "workers": workers_list, "time_limit_s": limit,
+        "workers": workers_list, "async_seeds": async_seeds, "time_limit_s": limit,
         "stopped_at_time_limit": stopped_early, "cells_run_now": ran,
         "cells_cached": len(cells.cells) - ran, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED"),
         "charging": "resumable fidelity (epochs): a step t_prev -> t costs t - t_prev units, "
