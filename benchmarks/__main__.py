@@ -8,6 +8,11 @@ Later benchmarks reuse what earlier ones produced in the same invocation (the pr
 digits run of ``orchestration`` gives ``baselines`` its CV winner and ``compression`` its
 model); run alone, each produces what it needs itself. A benchmark that raises is recorded
 as ``failed`` with the error and the others still run; the exit code is 1 then.
+
+``search_quality`` takes ``--problems``, ``--workers``, ``--async-seeds``, ``--methods``
+and ``--time-limit`` (a bad entry: one line naming the flag, exit code 2); a run that
+includes it re-executes itself with ``PYTHONHASHSEED=0`` (SMAC3 repeats across processes
+only then).
 """
 
 from __future__ import annotations
