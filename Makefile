@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup search test bench bench-quick lint clean
+.PHONY: setup search test bench bench-setup bench-quick lint clean
 
 setup: $(STAMP)
 
@@ -27,7 +27,12 @@ search: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
-bench: setup
+# benchmark-only peers (YAHPO Gym, DEHB, Syne Tune, SMAC3): never product dependencies;
+# --no-deps with the lock as constraints, so no pinned version moves
+bench-setup: setup
+	$(BIN)/python -m pip install -q --no-deps -c requirements.lock -r requirements-bench.txt
+
+bench: bench-setup
 	$(BIN)/python -m benchmarks
 
 bench-quick: setup

@@ -8,6 +8,11 @@ Later benchmarks reuse what earlier ones produced in the same invocation (the pr
 digits run of ``orchestration`` gives ``baselines`` its CV winner and ``compression`` its
 model); run alone, each produces what it needs itself. A benchmark that raises is recorded
 as ``failed`` with the error and the others still run; the exit code is 1 then.
+
+``search_quality`` takes ``--problems``, ``--workers``, ``--async-seeds``, ``--methods``
+and ``--time-limit`` (a bad entry: one line naming the flag, exit code 2); a run that
+includes it re-executes itself with ``PYTHONHASHSEED=0`` (SMAC3 repeats across processes
+only then).
 """
 
 from __future__ import annotations
@@ -41,6 +46,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="results folder (default benchmarks/results, quick: "
                          "benchmarks/results/quick)")
     ap.add_argument("--seeds", type=int, default=None, help="search_quality: number of seeds")
+    ap.add_argument("--problems", default=None, metavar="P,...",
+                    help="search_quality: mfh6, mfh6_good, mfh6_bad, mfh3, lcbench:<task id>, "
+                         "rbv2_xgboost:<task id> (default: the suite; quick: mfh6,mfh3)")
+    ap.add_argument("--workers", default=None, metavar="K,...",
+                    help="search_quality: worker counts on the simulated clock (default 1,4; "
+                         "quick: 1)")
+    ap.add_argument("--async-seeds", type=int, default=None, metavar="N",
+                    help="search_quality: run only the first N seeds with more than 1 worker "
+                         "(default: all)")
+    ap.add_argument("--methods", default=None, metavar="M,...",
+                    help="search_quality: methods to run (automl always; e.g. "
+                         "smac,dehb,automl[brackets=3])")
+    ap.add_argument("--time-limit", type=float, default=None, metavar="S",
+                    help="search_quality: start no new cell after S seconds (finished cells "
+                         "are cached and the statistics use complete seeds)")
     ap.add_argument("--trials", type=int, default=None,
                     help="orchestration, baselines, compression: trials of the digits search "
                          "(default: 40 as in search_spaces/resnet.yaml; quick: 3)")
@@ -59,7 +79,13 @@ def main(argv: list[str] | None = None) -> int:
             names.remove("gpu")
             if not names:
                 return 0
-    ctx: dict = {"seeds": args.seeds, "trials": args.trials}
+    ctx: dict = {"seeds": args.seeds, "trials": args.trials, "out": out,
+                 "time_limit_s": args.time_limit, "async_seeds": args.async_seeds}
+    try:
+        ctx.update(_search_quality_args(args))
+    except ValueError as e:
+        print(f"python -m benchmarks: error: {e}", file=sys.stderr)
+        return 2
     if args.run_dir is not None:
         if not (args.run_dir / "summary.json").exists():
             ap.error(f"--run-dir {args.run_dir}: no summary.json there; pass a finished run")
@@ -82,5 +108,50 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def _search_quality_args(args) -> dict:
+    """``--problems``, ``--workers``, ``--methods`` parsed and checked (a problem's task id
+    against its surrogate when that package is installed).
+
+    Raises:
+        ValueError: a bad entry; the message names the flag, on one line.
+    """
+    out: dict = {}
+    if args.problems is not None:
+        from benchmarks._problems import load, parse_problems
+
+        out["problems"] = parse_problems(args.problems)
+        for name in out["problems"]:
+            try:
+                load(name)
+            except ImportError:
+                pass  # reported by the benchmark as a problem left out, with its reason
+    if args.workers is not None:
+        try:
+            out["workers"] = [int(w) for w in args.workers.split(",") if w.strip()]
+        except ValueError:
+            raise ValueError(f"--workers: {args.workers!r} is not a list of integers") from None
+        if not out["workers"] or min(out["workers"]) < 1:
+            raise ValueError(f"--workers: need integers >= 1, got {args.workers!r}")
+    if args.methods is not None:
+        from benchmarks._peers import METHODS, VARIANT_PATTERN, VARIANTS
+
+        out["methods"] = [m.strip() for m in args.methods.split(",") if m.strip()]
+        for m in out["methods"]:
+            if m not in METHODS + VARIANTS and not VARIANT_PATTERN.match(m):
+                raise ValueError(f"--methods: unknown method {m!r}; one of "
+                                 f"{', '.join(METHODS + VARIANTS)}")
+    return out
+
+
+def _with_hash_seed(argv: list[str]) -> None:
+    """Re-execute with ``PYTHONHASHSEED=0`` when search_quality runs (SMAC3 repeats
+    across processes only with a fixed hash seed); a no-op when it is set already."""
+    runs_sq = "--only" not in argv or "search_quality" in argv
+    if runs_sq and os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable, "-m", "benchmarks", *argv])
+
+
 if __name__ == "__main__":
+    _with_hash_seed(sys.argv[1:])
     sys.exit(main())

@@ -1,5 +1,7 @@
-"""A simulated backend for search-quality benchmarks (Syne Tune's idea): the search core
-the project runs (:class:`automl.search.StudySearch` over ``make_sampler``, and the rung
+"""The Ray Tune conformance check of the search-quality benchmark (its driver is
+``benchmarks/_events.py``; ``tests/test_benchmark_simulator.py`` checks that the driver
+gives the reports of :func:`simulate` below). A simulated backend (Syne Tune's idea):
+the search core the project runs (:class:`automl.search.StudySearch` over ``make_sampler``, and the rung
 policy :class:`automl.search.RungPolicy`) is driven through its public methods, one trial
 at a time, against a synthetic objective that costs nothing to evaluate. No clock, no
 sleeps: the budget is counted in fidelity units (one unit = one epoch of one trial).

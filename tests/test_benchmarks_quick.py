@@ -33,7 +33,9 @@ def _stack(sampler: str):
 
 def test_simulation_replays_ray_tune_report_by_report(ray_cluster, tmp_path):
     """The simulator drives the search core's public methods; through a real Tuner (the
-    project's adapters) the same objects give the same reports."""
+    project's adapters) the same objects give the same reports (and
+    tests/test_benchmark_simulator.py checks that the benchmark's driver gives the
+    simulator's)."""
     search, policy = _stack("tpe")
     real = _simulate.run_tune_runtime(search, policy, bowl, 60, 9, str(tmp_path))
     sim = _simulate.simulate(search(), policy(), bowl, 60, 9)
@@ -58,15 +60,6 @@ def test_budget_is_counted_in_epochs_and_random_without_asha_trains_fully():
     assert [e for t, e, _ in log if t < 2] == list(range(1, 10)) * 2
 
 
-def test_regret_helpers():
-    log = [(0, 1, 5.0), (0, 2, 3.0), (1, 1, 4.0), (1, 2, 1.5)]
-    curve = search_quality.incumbent(log, optimum=1.0)
-    assert curve == [4.0, 2.0, 2.0, 0.5]
-    assert search_quality._reach(curve, 2.0) == 2
-    assert search_quality._reach(curve, 0.1) is None
-    assert search_quality.wins([curve, curve], [[3.0] * 4, [0.2] * 4], 4) == 1
-
-
 def test_report_timing_from_trials_jsonl(tmp_path):
     rows = []
     for k, start in enumerate((0.0, 10.0)):  # two trials, 3 epochs 2 s apart, one at a time
@@ -82,8 +75,9 @@ def test_report_timing_from_trials_jsonl(tmp_path):
 
 #: the sections the suite runs in a fresh process; ``scaling`` (Ray Train worker groups,
 #: ~20 s each) and ``chaos`` (kills and resumes) run with ``make bench`` only: on 2 cores
-#: with one kept busy the whole ``--quick`` run took over 5 minutes
-SUITE = ("orchestration", "search_quality", "baselines", "compression", "mnist1d")
+#: with one kept busy the whole ``--quick`` run took over 5 minutes; ``search_quality`` has
+#: its own test below
+SUITE = ("orchestration", "baselines", "compression", "mnist1d")
 
 
 def test_quick_benchmarks_write_their_records(tmp_path):
@@ -116,13 +110,6 @@ def test_quick_benchmarks_write_their_records(tmp_path):
     assert sum(parts.values()) == pytest.approx(run["sweep_wall_s"] * run["slots"], abs=0.1)
     assert parts["training steps"] == pytest.approx(run["train_time_s"], abs=0.05)
 
-    sq = recs["search_quality"]
-    assert sq["seeds"]["seeds"] == [0]
-    assert [r[0] for r in sq["tables"][0]["rows"]] == ["automl", "random", "random_asha", "optuna"]
-    for row in sq["tables"][0]["rows"]:
-        assert 0.0 <= row[1] < 6.0  # regret on Hartmann6 (optimum -3.32, values <= ~0)
-    assert sq["data"]["tune_conformance"]["identical"] is True and len(sq["goals"]) == 2
-
     base = {r[0]: r for r in recs["baselines"]["tables"][0]["rows"]}
     assert len(base) == 3 and all(0.5 < r[1] <= 1.0 for r in base.values())
 
@@ -140,7 +127,38 @@ def test_quick_benchmarks_write_their_records(tmp_path):
     assert m1d["data"]["optuna"]["epochs"] >= m1d["data"]["automl"]["mnist1d"]["search_epochs"]
 
 
-def test_missing_benchmark_package_is_reported_not_faked(tmp_path, monkeypatch):
+def test_search_quality_quick_writes_its_record(tmp_path):
+    """``python -m benchmarks --quick --only search_quality --seeds 1`` in a fresh process
+    (2 MF-Hartmann problems, automl + 2 peers that need no benchmark-only package, a budget
+    of 30 full trainings): the record has its documented shape and its checks pass."""
+    pytest.importorskip("mfpbench")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--seeds", "1",
+                           "--only", "search_quality", "--out", str(tmp_path)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sq = json.loads((tmp_path / "search_quality.json").read_text())
+    assert sq["status"] == "ok" and sq["quick"] is True
+    assert sq["settings"]["PYTHONHASHSEED"] == "0"  # re-executed for SMAC's sake
+    assert (tmp_path / "search_quality_rank.png").stat().st_size > 0
+    assert sq["seeds"]["seeds"] == [0] and sq["settings"]["problems"] == ["mfh6", "mfh3"]
+    methods = ["automl", "random", "optuna_tpe_hb"]
+    assert [r[0] for r in sq["tables"][0]["rows"]] == methods
+    # ranks of 3 methods sum to 1 + 2 + 3 on every (problem, seed), so their averages too
+    assert set(sq["data"]["average_rank"]) == set(methods)
+    assert sum(sq["data"]["average_rank"].values()) == pytest.approx(6.0)
+    for problem in ("mfh6", "mfh3"):
+        ref = sq["data"]["reference"][problem]
+        assert ref["reference"] >= ref["known_optimum"] > ref["sample_best"] - 1e-9
+        for m in methods:
+            (b10,), (b30,) = (sq["data"]["regret"][problem][m][b] for b in ("B10", "B30"))
+            assert 0.0 <= b30 <= b10 < 4.0, (problem, m, b10, b30)  # Hartmann regret
+    assert sq["data"]["tune_conformance"]["identical"] is True and len(sq["goals"]) == 3
+    assert [r["identical"] for r in sq["data"]["reproducibility"]] == [True]
+
+
+def test_search_quality_without_mf_prior_bench_is_reported_not_faked(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "mfpbench", None)  # import mfpbench -> ImportError
     assert main(["--quick", "--only", "search_quality", "--out", str(tmp_path)]) == 0
     rec = json.loads((tmp_path / "search_quality.json").read_text())
