@@ -8,10 +8,10 @@ s) after each start (seeded) until ``kills`` kills (quick: 2) have landed; a kil
 lands before the run directory exists makes the next start a fresh one. The whole job
 takes about a minute here, so a resumed job often ends before its next kill time: that
 round is then run to its end and checked, and a new round starts on a fresh run
-directory (at most 6 rounds). Checked at the end of every round: the requested trials all finished, none lost or run twice (study numbers 0..n-1
-once each), every history is epochs 1..n exactly once, ``study.db`` holds that many
-finished trials, one W&B run id per trial, and no process of any killed driver's Ray
-instance is left.
+directory (at most 6 rounds). Checked at the end of every round: the requested trials
+all finished, none lost or run twice (study numbers 0..n-1 once each), every history is
+epochs 1..n exactly once, ``study.db`` holds that many finished trials, one W&B run id
+per trial, and no process of any killed driver's Ray instance is left.
 
 Run 2: the same spec with 4 trials, killed once during cross-validation (after its first
 fold training is logged) and once during compression; each resume must keep the stages
