@@ -70,9 +70,16 @@ def eta_cold(run_dir: Path, exp, wall: float, elapsed: float) -> float | None:
     every slot held a trial (``warm=None``: the sweep's cold start charged to every trial
     to come), at the same moment of the same sweep, rebuilt from ``trials.jsonl``: the
     trials started, their epochs and ends, and the rung policy replayed on the reports
-    up to Unix time ``wall``."""
+    up to Unix time ``wall`` (``elapsed``: the sweep's seconds at that moment).
+
+    Returns:
+        Seconds still to go, or None when no epoch was reported by then.
+
+    Raises:
+        OSError: ``run_dir`` has no readable ``trials.jsonl``.
+    """
     from automl.search import make_policy
-    from automl.search._eta import TrialState, sweep_eta
+    from automl.search._eta import TrialState, epoch_seconds, sweep_eta
 
     policy = make_policy(exp)
     trials: dict[int, list] = {}
@@ -92,7 +99,7 @@ def eta_cold(run_dir: Path, exp, wall: float, elapsed: float) -> float | None:
             policy.on_report(n, r["epoch"], r.get(exp.search.metric))
     if not rows:
         return None
-    epoch_s = sum(r.get("train_time_s", 0.0) + r.get("eval_time_s", 0.0) for r in rows) / len(rows)
+    epoch_s = epoch_seconds(rows)
     return sweep_eta([TrialState(*t) for t in trials.values()], exp.search.num_samples,
                      rungs=policy.rung_epochs(), passed=policy.pass_counts(),
                      reduction_factor=policy.reduction_factor, epoch_s=epoch_s,

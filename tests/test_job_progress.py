@@ -63,7 +63,7 @@ def test_sweep_eta_charges_the_cold_start_once_not_to_every_trial_to_come():
 
 def test_warm_point_is_the_slots_th_start_of_this_session():
     trials = [TrialState(0, 2, False)] * 4  # one from an earlier session, 3 started now
-    starts = [(3.0, 0, 1), (3.5, 0, 2), (6.0, 4, 3)]
+    starts = [(3.0, 0), (3.5, 0), (6.0, 4)]
     assert warm_point(starts[:1], trials, 2) is None
     assert warm_point(starts, trials, 2) == (3.5, 0, 3)  # 1 earlier + 2 started by then
 

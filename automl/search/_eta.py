@@ -43,6 +43,16 @@ def expected_epochs(start: int, target: int, rungs: Sequence[int],
     return out
 
 
+def epoch_seconds(rows: Sequence[Mapping[str, float]]) -> float:
+    """Mean seconds per epoch (training steps + validation) of epoch report ``rows``, each
+    with the trial's own ``train_time_s`` and ``eval_time_s`` (missing ones count 0).
+
+    Raises:
+        ZeroDivisionError: ``rows`` is empty.
+    """
+    return sum(r.get("train_time_s", 0.0) + r.get("eval_time_s", 0.0) for r in rows) / len(rows)
+
+
 @dataclass(frozen=True)
 class TrialState:
     """What the ETA needs of one trial: ``epoch`` reached, its ``target`` epochs, and

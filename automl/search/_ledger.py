@@ -282,9 +282,9 @@ class Ledger(Callback):
         self.sinks, self.clock, self.eta = list(sinks), clock, eta
         self.trials, self.reports = read_ledger(self.path)
         self.epochs, self.t0 = 0, clock()
-        #: ``(elapsed_s, epochs so far, trials started so far)`` at each trial start of
-        #: this session (the sweep's ETA measures per-trial overhead from these)
-        self.starts: list[tuple[float, int, int]] = []
+        #: ``(elapsed seconds, epochs reported so far)`` at each trial start of this
+        #: session, in order (the sweep's ETA measures per-trial overhead from these)
+        self.starts: list[tuple[float, int]] = []
         self._best: tuple[float, str] | None = None
         for t in self.trials.values():
             for row in t.rows:
@@ -344,7 +344,7 @@ class Ledger(Callback):
         config = {k: v for k, v in config.items() if k != TRIAL_KEY}
         t.config, t.target, t.started, t.end = config, int(self.target_of(config)), True, None
         t.params = self.params_of(number) if self.params_of else config
-        self.starts.append((self.clock() - self.t0, self.epochs, len(self.starts) + 1))
+        self.starts.append((self.clock() - self.t0, self.epochs))
         self._write(number, event="start", params=t.params, config=config, target=t.target)
         self._each("start", t)
         return t

@@ -35,7 +35,7 @@ from automl.search._adapters import (
 from automl.search._asha import RungPolicy
 from automl.search._checkpoints import TrialCheckpoints
 from automl.search._console import ConsoleProgress
-from automl.search._eta import TrialState, sweep_eta
+from automl.search._eta import TrialState, epoch_seconds, sweep_eta
 from automl.search._front import pareto_of, rank_trials
 from automl.search._ledger import Ledger, TrialLog, TrialSink
 from automl.search._objectives import Objectives
@@ -107,8 +107,7 @@ def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
         rows = ledger.session_reports()
         if not rows:
             return None
-        epoch_s = sum(r.get("train_time_s", 0.0) + r.get("eval_time_s", 0.0)
-                      for r in rows) / len(rows)
+        epoch_s = epoch_seconds(rows)
         trials = [TrialState(t.rows[-1]["epoch"] if t.rows else 0, t.target or 0,
                              t.end is not None)
                   for t in ledger.trials.values() if t.started or t.end is not None]
@@ -123,15 +122,15 @@ def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
     return eta
 
 
-def warm_point(starts: list[tuple[float, int, int]], trials: list[TrialState],
+def warm_point(starts: list[tuple[float, int]], trials: list[TrialState],
                slots: int) -> tuple[float, int, int] | None:
-    """The ``(elapsed_s, epochs, started)`` of this session's ``slots``-th trial start,
-    shifted to count every trial started before it (a resumed sweep's earlier trials
-    included), or None before every slot held a trial."""
+    """The ``(elapsed seconds, epochs reported, trials started)`` at this session's
+    ``slots``-th trial start (``starts``: :attr:`Ledger.starts`), the count including a
+    resumed sweep's earlier trials, or None before every slot held a trial."""
     if len(starts) < slots:
         return None
-    elapsed, epochs, n = starts[slots - 1]
-    return elapsed, epochs, len(trials) - len(starts) + n
+    elapsed, epochs = starts[slots - 1]
+    return elapsed, epochs, len(trials) - len(starts) + slots
 
 
 def storage_path(exp: Experiment, run_dir: Path) -> str:
