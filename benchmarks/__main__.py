@@ -133,11 +133,11 @@ def _search_quality_args(args) -> dict:
         if not out["workers"] or min(out["workers"]) < 1:
             raise ValueError(f"--workers: need integers >= 1, got {args.workers!r}")
     if args.methods is not None:
-        from benchmarks._peers import METHODS, VARIANT_PATTERN, VARIANTS
+        from benchmarks._peers import METHODS, VARIANTS, variant_knobs
 
         out["methods"] = [m.strip() for m in args.methods.split(",") if m.strip()]
         for m in out["methods"]:
-            if m not in METHODS + VARIANTS and not VARIANT_PATTERN.match(m):
+            if m not in METHODS + VARIANTS and variant_knobs(m) is None:
                 raise ValueError(f"--methods: unknown method {m!r}; one of "
                                  f"{', '.join(METHODS + VARIANTS)}")
     return out

@@ -33,6 +33,8 @@ import re
 import tempfile
 from typing import Any
 
+import optuna
+
 from benchmarks._events import Job, checkpoints
 
 PEERS = ("random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh", "syne_asha",
@@ -44,40 +46,71 @@ CORE = ("automl", "random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh")
 _INSTALL = "make bench-setup installs it"
 
 
+KNOBS = ("brackets", "n_startup", "sampler", "grace", "rf", "bohb")
+
+
 def experiment(problem, seed: int, sampler: str = "tpe", asha: bool = True,
                **knobs: Any):
     """The spec our search is built from: ``search`` (``sampler``, ``seed``, and
     ``n_startup`` when given) and ``scheduler`` (ASHA, grace 1, reduction factor 3 up to
-    ``max_t``; ``brackets`` when given); everything else the spec's defaults."""
+    ``max_t``; ``brackets``, ``grace`` and ``rf`` when given); everything else the spec's
+    defaults. ``bohb`` is read by :class:`CoreRunner`, not the spec.
+
+    Raises:
+        ValueError: a knob not in :data:`KNOBS`.
+    """
     from automl.spec import Experiment
 
-    search = {"sampler": sampler, "seed": seed, "metric": "val_accuracy"}
+    knobs = dict(knobs)
+    knobs.pop("bohb", None)
+    search = {"sampler": knobs.pop("sampler", sampler), "seed": seed,
+              "metric": "val_accuracy"}
     if "n_startup" in knobs:
         search["n_startup_trials"] = int(knobs.pop("n_startup"))
-    scheduler = {"type": "asha" if asha else "none", "grace_period": 1,
-                 "reduction_factor": 3, "max_epochs": problem.max_t}
+    scheduler = {"type": "asha" if asha else "none",
+                 "grace_period": int(knobs.pop("grace", 1)),
+                 "reduction_factor": float(knobs.pop("rf", 3)), "max_epochs": problem.max_t}
     if "brackets" in knobs:
         scheduler["brackets"] = int(knobs.pop("brackets"))
     if knobs:
-        raise ValueError(f"unknown knobs {sorted(knobs)}; brackets, n_startup")
+        raise ValueError(f"unknown knobs {sorted(knobs)}; {', '.join(KNOBS)}")
     return Experiment.model_validate({"name": "sq", "training": {"epochs": problem.max_t},
                                       "search": search, "scheduler": scheduler})
+
+
+def variant_knobs(method: str) -> dict[str, str] | None:
+    """``automl[k=v+k=v]`` as ``{k: v}``; None when ``method`` is not a variant.
+
+    Raises:
+        ValueError: a knob not in :data:`KNOBS`.
+    """
+    m = VARIANT_PATTERN.match(method)
+    if m is None:
+        return None
+    knobs = dict(kv.split("=", 1) for kv in m.group(1).split("+"))
+    bad = sorted(set(knobs) - set(KNOBS))
+    if bad:
+        raise ValueError(f"--methods: unknown knob {bad[0]!r} in {method}; one of "
+                         f"{', '.join(KNOBS)}")
+    return knobs
 
 
 class CoreRunner:
     """Our search core: :class:`automl.search.StudySearch` + :class:`RungPolicy` (or None:
     every trial to ``max_t``), through their public methods only."""
 
-    def __init__(self, problem, exp, points: list[int] | None = None):
+    def __init__(self, problem, exp, points: list[int] | None = None, bohb: bool = False):
         import optuna
 
         from automl.search import StudySearch, make_policy, make_sampler
 
         self.max_t = problem.max_t
         self.policy = make_policy(exp)
+        sampler = make_sampler(exp.search)
+        if bohb:
+            sampler = HighestRungSampler(sampler, n_startup=exp.search.n_startup_trials)
         self.search = StudySearch(problem.space, optuna.storages.InMemoryStorage(), "sq",
-                                  make_sampler(exp.search), "max", 10**6,
-                                  seed=exp.search.seed)
+                                  sampler, "max", 10**6, seed=exp.search.seed)
         self.points = points or (checkpoints(self.max_t) if self.policy else [self.max_t])
 
     def ask(self) -> Job | None:
@@ -262,7 +295,7 @@ class SMACRunner:
         pass
 
 
-VARIANT_PATTERN = re.compile(r"^automl\[(\w+)=(\d+)\]$")
+VARIANT_PATTERN = re.compile(r"^automl\[(\w+=[\w.]+(?:\+\w+=[\w.]+)*)\]$")
 
 
 def make_runner(method: str, problem, seed: int):
@@ -273,8 +306,9 @@ def make_runner(method: str, problem, seed: int):
     """
     if method == "automl":
         return CoreRunner(problem, experiment(problem, seed))
-    if (m := VARIANT_PATTERN.match(method)) is not None:
-        return CoreRunner(problem, experiment(problem, seed, **{m.group(1): m.group(2)}))
+    if (knobs := variant_knobs(method)) is not None:
+        bohb = knobs.get("bohb", "0") not in ("0", "false")
+        return CoreRunner(problem, experiment(problem, seed, **knobs), bohb=bohb)
     if method == "random":
         return CoreRunner(problem, experiment(problem, seed, "random", asha=False))
     if method == "random_asha":
@@ -290,3 +324,90 @@ def make_runner(method: str, problem, seed: int):
     raise ValueError(f"--methods: unknown method {method!r}; one of "
                      f"{', '.join(METHODS + VARIANTS)} (or automl[brackets=N], "
                      "automl[n_startup=N])")
+
+
+class HighestRungSampler(optuna.samplers.BaseSampler):
+    """Fit the model on the highest rung with enough observations (BOHB's rule).
+
+    Wraps another sampler (TPE here): each time a trial is sampled, the wrapped sampler
+    sees an in-memory study made of the values every other trial reported at one epoch
+    ``b`` — the largest epoch at which at least ``min_points`` trials reported — each told
+    COMPLETE with its value at ``b``; trials still running without a report at ``b`` are
+    kept RUNNING (the wrapped sampler's constant liar sees them). Trials that never reached
+    ``b`` are left out. While no epoch has ``min_points`` reports, the wrapped sampler sees
+    the real study (Optuna's own ranking: completed, then pruned by step and value).
+
+    With one objective only (several objectives keep no intermediate values in the
+    study: :class:`automl.search.StudySearch`); a multi-objective study is passed through.
+
+    Source: Falkner et al. 2018, "BOHB: Robust and Efficient Hyperparameter Optimization at
+    Scale" (ICML), section 3.1: the model is fitted on the largest budget with at least
+    ``d + 2`` observations (``d`` the number of parameters).
+
+    Args:
+        inner: the sampler that proposes (e.g. ``TPESampler(constant_liar=True)``).
+        min_points: observations an epoch needs to be modelled; None: ``d + 2``, at least
+            ``n_startup`` (so the wrapped sampler's start-up phase is not re-entered).
+        n_startup: the wrapped sampler's start-up trial count.
+    """
+
+    def __init__(self, inner: optuna.samplers.BaseSampler, min_points: int | None = None,
+                 n_startup: int = 0):
+        self.inner, self.min_points, self.n_startup = inner, min_points, n_startup
+        self._cache: tuple[int, optuna.Study] | None = None
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
+
+    def _model(self, study: optuna.Study, trial) -> optuna.Study:
+        """The study the wrapped sampler sees while ``trial`` is sampled (built once per
+        trial)."""
+        if len(study.directions) > 1:
+            return study
+        if self._cache is not None and self._cache[0] == trial.number:
+            return self._cache[1]
+        from collections import Counter
+
+        from optuna.trial import TrialState, create_trial
+
+        states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+        others = [t for t in study.get_trials(deepcopy=False, states=states)
+                  if t.number != trial.number]
+        names = {n for t in others for n in t.distributions}
+        need = self.min_points or max(len(names) + 2, self.n_startup)
+        counts = Counter(e for t in others for e, v in t.intermediate_values.items()
+                         if v == v)
+        ready = [e for e, c in counts.items() if c >= need]
+        if not ready:
+            model = study
+        else:
+            b = max(ready)
+            storage = optuna.storages.InMemoryStorage()
+            storage.create_new_study([study.direction], "highest-rung")
+            model = optuna.Study("highest-rung", storage)  # no "study created" log line
+            for t in others:
+                v = t.intermediate_values.get(b)
+                if v is not None and v == v:
+                    model.add_trial(create_trial(params=t.params, distributions=t.distributions,
+                                                 value=v))
+                elif t.state == TrialState.RUNNING:
+                    model.add_trial(create_trial(params=t.params, distributions=t.distributions,
+                                                 state=TrialState.RUNNING))
+        self._cache = (trial.number, model)
+        return model
+
+    def infer_relative_search_space(self, study, trial):
+        return self.inner.infer_relative_search_space(self._model(study, trial), trial)
+
+    def sample_relative(self, study, trial, search_space):
+        return self.inner.sample_relative(self._model(study, trial), trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return self.inner.sample_independent(self._model(study, trial), trial, param_name,
+                                             param_distribution)
+
+    def before_trial(self, study, trial) -> None:
+        self.inner.before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self.inner.after_trial(study, trial, state, values)

@@ -214,3 +214,45 @@ def test_an_interrupted_run_continues_from_its_cell_cache(tmp_path):
     assert again.settings["cells_run_now"] == 0 and again.settings["cells_cached"] == 4
     assert again.data["regret"] == full.data["regret"]
     assert len(full.data["regret"]["mfh3"]["automl"]["B30"]) == 2
+
+
+def test_variant_names_give_spec_knobs_and_reject_unknown_ones():
+    from benchmarks._peers import experiment, variant_knobs
+
+    assert variant_knobs("automl") is None
+    assert variant_knobs("automl[brackets=3]") == {"brackets": "3"}
+    knobs = variant_knobs("automl[brackets=2+sampler=multivariate_tpe+rf=2.5]")
+    assert knobs == {"brackets": "2", "sampler": "multivariate_tpe", "rf": "2.5"}
+    exp = experiment(toy(max_t=27), 4, **knobs)
+    assert (exp.scheduler.brackets, exp.scheduler.reduction_factor) == (2, 2.5)
+    assert (exp.search.sampler, exp.search.seed) == ("multivariate_tpe", 4)
+    with pytest.raises(ValueError, match="unknown knob 'eta'"):
+        variant_knobs("automl[eta=3]")
+
+
+def test_highest_rung_model_sees_only_the_values_at_the_modelled_epoch():
+    """BOHB's rule: the wrapped sampler's study holds every trial that reported at the
+    largest epoch with ``min_points`` reports, valued at that epoch."""
+    import optuna
+
+    from benchmarks._peers import HighestRungSampler
+
+    seen = []
+
+    class Spy(optuna.samplers.RandomSampler):
+        def sample_independent(self, study, trial, name, dist):
+            seen.append([(t.state.name, t.value) for t in study.get_trials(deepcopy=False)])
+            return super().sample_independent(study, trial, name, dist)
+
+    study = optuna.create_study(direction="maximize",
+                                sampler=HighestRungSampler(Spy(seed=0), min_points=2))
+    curves = {0: [0.1, 0.2, 0.3], 1: [0.5, 0.6], 2: [0.4]}
+    for number, curve in curves.items():
+        t = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+        for epoch, v in enumerate(curve, 1):
+            t.report(v, epoch)
+        study.tell(t, state=optuna.trial.TrialState.PRUNED)
+    seen.clear()
+    study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    # epoch 2 is the largest with 2 reports (trials 0 and 1); trial 2 stopped at epoch 1
+    assert seen == [[("COMPLETE", 0.2), ("COMPLETE", 0.6)]]
