@@ -5,9 +5,11 @@ method returns the same event log.
 =================  ==========================================================================
 ``automl``         this project's default: ``make_sampler`` (TPE, constant liar) in
                    ``StudySearch`` (a stopped trial told PRUNED) + ``make_policy``
-                   (``RungPolicy``: ASHA, grace 1, reduction factor 3), built from an
+                   (``RungPolicy``: ASHA, grace 1, reduction factor 3, 2 brackets:
+                   ``scheduler.brackets: auto``), built from an
                    ``automl.spec.Experiment`` as ``automl.search`` builds them; study in memory
-``automl[k=v]``    the same with one spec knob changed (``brackets``, ``n_startup``)
+``automl[k=v+..]`` the same with spec knobs changed (:data:`KNOBS`; ``bohb=1`` wraps the
+                   sampler in :class:`HighestRungSampler`)
 ``random``         random search (Optuna's ``RandomSampler`` in ``StudySearch``), every trial
                    at full fidelity
 ``random_asha``    the same sampler + our ``RungPolicy``
@@ -40,7 +42,8 @@ from benchmarks._events import Job, checkpoints
 PEERS = ("random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh", "syne_asha",
          "syne_bohb", "dehb", "smac")
 METHODS = ("automl", *PEERS)
-VARIANTS = ("automl[brackets=3]", "automl[n_startup=4]")
+VARIANTS = ("automl[brackets=1]", "automl[brackets=3]", "automl[brackets=4]",
+            "automl[n_startup=4]", "automl[brackets=2+n_startup=4]")
 #: methods that need no benchmark-only package (the quick path, CI)
 CORE = ("automl", "random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh")
 _INSTALL = "make bench-setup installs it"
@@ -322,8 +325,8 @@ def make_runner(method: str, problem, seed: int):
     if method == "smac":
         return SMACRunner(problem, seed)
     raise ValueError(f"--methods: unknown method {method!r}; one of "
-                     f"{', '.join(METHODS + VARIANTS)} (or automl[brackets=N], "
-                     "automl[n_startup=N])")
+                     f"{', '.join(METHODS + VARIANTS)} (or automl[k=v+k=v], k one of "
+                     f"{', '.join(KNOBS)})")
 
 
 class HighestRungSampler(optuna.samplers.BaseSampler):

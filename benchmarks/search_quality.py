@@ -6,8 +6,9 @@ Problems (``benchmarks/_problems.py``; offline): MF-Hartmann ``mfh6``, ``mfh6_go
 ``val_accuracy``; any task id: ``lcbench:<id>``) and rbv2_xgboost (``trainsize``, not
 resumable). Methods (``benchmarks/_peers.py``): ``automl`` (our default), ``random``,
 ``random_asha``, ``optuna_tpe_hb``, ``optuna_tpe_sh``, ``syne_asha``, ``syne_bohb``,
-``dehb``, ``smac``, and in full mode two variants of ours (``automl[brackets=3]``,
-``automl[n_startup=4]``; extra rows, not counted among the 9 that are ranked).
+``dehb``, ``smac``, and in full mode variants of ours (``automl[brackets=1]``, the
+default before it became 2 brackets, ``automl[brackets=3]``, ...; extra rows, each ranked
+in ``automl``'s place, not counted among the 9).
 
 Protocol: a budget of 30 full trainings, charged as ``benchmarks/_events.py`` says (a
 stopped trial pays the epochs it computed, a restart pays its whole fidelity again, an

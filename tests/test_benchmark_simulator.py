@@ -107,10 +107,10 @@ def test_the_driver_replays_the_single_trial_simulation_of_our_core():
 
     p = toy(max_t=100)
     ours = _events.run(p, CoreRunner(p, experiment(p, seed=3), points=list(range(1, 101))),
-                       300)
+                       600)
     search, policy = search_quality._stack(search_quality._experiment("tpe", 3, 8, 3, 1, True))
-    sim = _simulate.simulate(search(), policy(), bowl, 300, 100)
-    assert len(ours) == len(sim) == 300
+    sim = _simulate.simulate(search(), policy(), bowl, 600, 100)
+    assert len(ours) == len(sim) == 600
     assert [(e.trial, e.fidelity) for e in ours] == [(t, e) for t, e, _ in sim]
     assert [-e.score for e in ours] == pytest.approx([v for _, _, v in sim], abs=1e-12)
     assert len({e.trial for e in ours}) > 3  # ASHA stopped trials early
@@ -246,8 +246,8 @@ def test_highest_rung_model_sees_only_the_values_at_the_modelled_epoch():
 
     study = optuna.create_study(direction="maximize",
                                 sampler=HighestRungSampler(Spy(seed=0), min_points=2))
-    curves = {0: [0.1, 0.2, 0.3], 1: [0.5, 0.6], 2: [0.4]}
-    for number, curve in curves.items():
+    curves = [[0.1, 0.2, 0.3], [0.5, 0.6], [0.4]]  # trials 0, 1, 2
+    for curve in curves:
         t = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
         for epoch, v in enumerate(curve, 1):
             t.report(v, epoch)

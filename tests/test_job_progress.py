@@ -159,3 +159,22 @@ def test_budget_stopper_asks_at_most_once_a_second_and_stays_stopped():
     now[0] = 2.5
     assert s.stop_all() and s.stop_all() and len(calls) == 2
     assert s("trial", {}) is False
+
+
+def test_sweep_eta_runs_each_trial_on_its_own_brackets_rungs():
+    """Hyperband: a trial of the bracket starting at 3 is not judged at 1; a trial not
+    started yet is in each bracket with the policy's probability."""
+    policy = RungPolicy(1, 3, 9, brackets=2, seed=0)
+    weights = policy.bracket_weights()
+    assert [r for _, r in weights] == [[1, 3, 9], [3, 9]]
+    assert sum(w for w, _ in weights) == pytest.approx(1.0)
+    half = {1: (1, 2), 3: (1, 2)}  # continue rate 1/2 at both rungs, with the 1/2 prior
+    kw = dict(passed=half, reduction_factor=2.0, epoch_s=1.0, elapsed_s=1.0, slots=1,
+              epochs_done=1, rungs=[1, 3])
+    running = [TrialState(1, 9, True), TrialState(1, 9, False, 1)]  # at 1, in bracket 1
+    eta = sweep_eta(running, 3, brackets=weights, **kw)
+    in_b1 = 2 + 0.5 * 6  # from 1: to rung 3 surely, past it with p 1/2
+    new = weights[0][0] * (1 + 0.5 * 2 + 0.25 * 6) + weights[1][0] * (3 + 0.5 * 6)
+    assert eta == pytest.approx(in_b1 + new)
+    # one bracket (the default argument): the same trial would be judged at 3 only, too
+    assert sweep_eta(running, 3, **kw) == pytest.approx(in_b1 + 1 + 0.5 * 2 + 0.25 * 6)

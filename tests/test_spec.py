@@ -187,3 +187,19 @@ def test_cli_num_samples_below_one_is_blamed_on_the_flag(tmp_path):
                 cwd=tmp_path)
     assert proc.returncode == 2 and "'--num-samples'" in proc.stderr, proc.stderr
     assert str(path) not in proc.stderr and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("scheduler,expected", [
+    ({}, 2),  # auto: rungs 1, 3, 9 of 10 epochs
+    ({"max_epochs": 2}, 1),  # auto: one rung (1) only
+    ({"brackets": 1}, 1),
+    ({"brackets": 3}, 3),
+])
+def test_brackets_default_to_two_when_the_rungs_allow(scheduler, expected):
+    from automl.search import make_policy
+    from automl.spec import Experiment
+
+    exp = Experiment.model_validate({"name": "b", "training": {"epochs": 2 if scheduler.get(
+        "max_epochs") else 10}, "scheduler": {"type": "asha", **scheduler}})
+    assert exp.bracket_count() == expected
+    assert len(make_policy(exp).brackets) == expected

@@ -173,6 +173,12 @@ class RungPolicy:
         """Epochs (ascending, every bracket) at which some trial can be judged."""
         return sorted({judged_at(r) for rungs in self.brackets for r in rungs})
 
+    def bracket_weights(self) -> list[tuple[float, list[int]]]:
+        """``[(probability, rung epochs)]`` per bracket: the chance a new trial is assigned
+        to it (Hyperband's ``n_s``, normalised) and the epochs at which it judges."""
+        return [(w, [judged_at(r) for r in rungs])
+                for w, rungs in zip(self._weights, self.brackets, strict=True)]
+
     def bracket_of(self, trial: Hashable) -> int:
         """The bracket ``trial`` belongs to (0 = the one starting at ``grace_period``)."""
         if trial not in self._bracket:

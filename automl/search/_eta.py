@@ -10,10 +10,11 @@ cost per trial):
   trial (``warm``), so the sweep's one-off cold start (Tune's set-up, the first trial
   processes importing torch: 6-10 slot seconds on 2 cores, measured) is not charged
   again to every trial still to come; before then, from the sweep's start;
-* a trial at epoch ``e`` of ``target`` runs to the next rung surely and past each rung
-  ``r`` with the rate at which trials judged there continued (with a prior of
+* a trial at epoch ``e`` of ``target`` runs to the next rung of its Hyperband bracket
+  surely and past each rung ``r`` with the rate at which trials judged there continued (with a prior of
   ``1/reduction_factor``, Li et al. 2020's promotion rate, worth :data:`PRIOR` trials);
-  a trial not yet started starts at 0 with the mean target of those that did;
+  a trial not yet started starts at 0 with the mean target of those that did, in each
+  bracket with the policy's probability of assigning it there;
 * ETA = (expected epochs x ``s`` + trials not yet started x ``o``) / slots, capped by
   what ``search.time_budget_s`` leaves.
 """
@@ -55,25 +56,29 @@ def epoch_seconds(rows: Sequence[Mapping[str, float]]) -> float:
 
 @dataclass(frozen=True)
 class TrialState:
-    """What the ETA needs of one trial: ``epoch`` reached, its ``target`` epochs, and
-    whether it has ``ended``."""
+    """What the ETA needs of one trial: ``epoch`` reached, its ``target`` epochs, whether it
+    has ``ended``, and its Hyperband ``bracket`` (an index into ``sweep_eta``'s
+    ``brackets``; 0 with plain ASHA)."""
 
     epoch: int
     target: int
     ended: bool
+    bracket: int = 0
 
 
 def sweep_eta(trials: Sequence[TrialState], total: int, *, rungs: Sequence[int],
               passed: Mapping[int, tuple[int, int]], reduction_factor: float | None,
               epoch_s: float, elapsed_s: float, slots: int, epochs_done: int,
               time_budget_s: float | None = None,
-              warm: tuple[float, int, int] | None = None) -> float | None:
+              warm: tuple[float, int, int] | None = None,
+              brackets: Sequence[tuple[float, Sequence[int]]] | None = None) -> float | None:
     """Seconds still to go of a sweep of ``total`` trials (module doc), or None before
     any epoch was measured.
 
     Args:
         trials: the trials started so far (ended or running).
-        rungs: epochs at which the policy judges (empty: no early stopping).
+        rungs: epochs at which the policy judges (empty: no early stopping); with
+            ``brackets``, unused.
         passed: ``{rung epoch: (continued, judged)}`` so far.
         reduction_factor: the policy's, for the prior (None: no early stopping).
         epoch_s: measured seconds per epoch (training + validation).
@@ -83,6 +88,8 @@ def sweep_eta(trials: Sequence[TrialState], total: int, *, rungs: Sequence[int],
         warm: ``(elapsed_s, epochs_done, trials started)`` when the ``slots``-th trial of
             this session started, or None (not yet, or unknown): the overhead per trial
             is measured from then on.
+        brackets: ``[(probability, rung epochs)]``, one per Hyperband bracket
+            (:meth:`automl.search.RungPolicy.bracket_weights`); None: one bracket, ``rungs``.
     """
     if epochs_done <= 0 or epoch_s <= 0 or slots <= 0:
         return None
@@ -96,8 +103,11 @@ def sweep_eta(trials: Sequence[TrialState], total: int, *, rungs: Sequence[int],
     running = [t for t in trials if not t.ended]
     left = max(0, total - started)
     mean_target = (sum(t.target for t in trials) / started) if started else 0.0
-    epochs = sum(expected_epochs(t.epoch, t.target, rungs, rate) for t in running)
-    epochs += left * expected_epochs(0, round(mean_target), rungs, rate)
+    brackets = list(brackets) if brackets else [(1.0, rungs)]
+    epochs = sum(expected_epochs(t.epoch, t.target, brackets[min(t.bracket, len(brackets) - 1)][1],
+                                 rate) for t in running)
+    epochs += left * sum(w * expected_epochs(0, round(mean_target), r, rate)
+                         for w, r in brackets)
     overhead = max(0.0, elapsed_s * slots - epochs_done * epoch_s) / max(started, 1)
     if warm is not None and started > warm[2]:
         w_elapsed, w_epochs, w_started = warm

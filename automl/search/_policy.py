@@ -8,7 +8,7 @@ from automl.spec import Experiment
 
 
 def make_policy(exp: Experiment) -> RungPolicy | None:
-    """ASHA (Li et al. 2020) in epochs from ``exp.scheduler`` (``brackets`` > 1:
+    """ASHA (Li et al. 2020) in epochs from ``exp.scheduler`` (:meth:`Experiment.bracket_count` > 1:
     asynchronous Hyperband, Li et al. 2018), judging ``search.metric`` in ``search.mode``
     (with ``search.objectives``: every objective, MO-ASHA, Schmucker et al. 2021) up to
     :attr:`Experiment.max_epochs`; None when ``scheduler.type`` is ``none``."""
@@ -16,4 +16,5 @@ def make_policy(exp: Experiment) -> RungPolicy | None:
     if sch.type == "none":
         return None
     return RungPolicy(sch.grace_period, sch.reduction_factor, exp.max_epochs,
-                      mode=Objectives.of(exp.search).mode, brackets=sch.brackets, seed=exp.search.seed)
+                      mode=Objectives.of(exp.search).mode, brackets=exp.bracket_count(),
+                      seed=exp.search.seed)

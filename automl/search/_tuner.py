@@ -109,7 +109,8 @@ def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
             return None
         epoch_s = epoch_seconds(rows)
         trials = [TrialState(t.rows[-1]["epoch"] if t.rows else 0, t.target or 0,
-                             t.end is not None)
+                             t.end is not None,
+                             policy.bracket_of(t.number) if policy is not None else 0)
                   for t in ledger.trials.values() if t.started or t.end is not None]
         elapsed = ledger.clock() - ledger.t0
         return sweep_eta(trials, ledger.total, rungs=rungs,
@@ -117,7 +118,8 @@ def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
                          reduction_factor=rf, epoch_s=epoch_s,
                          elapsed_s=elapsed, slots=slots,
                          epochs_done=ledger.epochs, time_budget_s=time_budget_s,
-                         warm=warm_point(ledger.starts, trials, slots))
+                         warm=warm_point(ledger.starts, trials, slots),
+                         brackets=policy.bracket_weights() if policy is not None else None)
 
     return eta
 

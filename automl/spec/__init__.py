@@ -201,7 +201,8 @@ class Experiment(_Strict):
                 f"{max_epochs} epochs a trial can run; lower it"
             )
         rungs = self.rung_count()
-        if self.scheduler.type == "asha" and self.scheduler.brackets > rungs:
+        if (self.scheduler.type == "asha" and self.scheduler.brackets != "auto"
+                and self.scheduler.brackets > rungs):
             raise ValueError(
                 f"scheduler.brackets: {self.scheduler.brackets} brackets need as many rungs, "
                 f"but grace_period {self.scheduler.grace_period} x reduction_factor "
@@ -230,9 +231,19 @@ class Experiment(_Strict):
             n, level = n + 1, level * sch.reduction_factor
         return n
 
+    def bracket_count(self) -> int:
+        """Hyperband brackets the rung policy runs: ``scheduler.brackets``, or with
+        ``auto`` 2 when :meth:`rung_count` allows, else 1 (:data:`AUTO_BRACKETS`)."""
+        if self.scheduler.brackets == "auto":
+            return max(1, min(AUTO_BRACKETS, self.rung_count()))
+        return int(self.scheduler.brackets)
+
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")
 
+
+#: brackets of ``scheduler.brackets: auto`` (chosen on the search-quality suite)
+AUTO_BRACKETS = 2
 
 #: how messages name each kind of data
 KIND_WORDS = {"image": "image data", "tabular": "tabular data", "signal": "1D signal data"}

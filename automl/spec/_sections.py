@@ -499,13 +499,16 @@ class SchedulerSpec(_Strict):
     """Early stopping: ASHA (Li et al. 2020, "A System for Massively Parallel
     Hyperparameter Tuning"), budget in epochs; ``brackets`` > 1 runs asynchronous
     Hyperband (Li et al. 2018): bracket ``k`` starts at ``grace_period *
-    reduction_factor**k`` (``automl.search.RungPolicy``)."""
+    reduction_factor**k`` (``automl.search.RungPolicy``). ``brackets: auto`` (the default)
+    is 2 brackets when there are at least 2 rungs, else 1 (plain ASHA): of the counts tried
+    (1 to 4), 2 had the best average rank over the search-quality suite, sequential and with
+    4 workers, at 10 and 30 full trainings (``benchmarks/results/search_quality.md``)."""
 
     type: Literal["asha", "none"] = "asha"
     grace_period: int = Field(1, ge=1)
     reduction_factor: float = Field(3.0, ge=2)
     max_epochs: int | None = Field(None, ge=1)
-    brackets: int = Field(1, ge=1)
+    brackets: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = "auto"
 
 
 class SelectionSpec(_Strict):
