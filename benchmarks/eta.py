@@ -100,10 +100,11 @@ def eta_cold(run_dir: Path, exp, wall: float, elapsed: float) -> float | None:
     if not rows:
         return None
     epoch_s = epoch_seconds(rows)
-    return sweep_eta([TrialState(*t) for t in trials.values()], exp.search.num_samples,
-                     rungs=policy.rung_epochs(), passed=policy.pass_counts(),
-                     reduction_factor=policy.reduction_factor, epoch_s=epoch_s,
-                     elapsed_s=elapsed, slots=2, epochs_done=len(rows), warm=None)
+    return sweep_eta([TrialState(*t, policy.bracket_of(n)) for n, t in trials.items()],
+                     exp.search.num_samples, rungs=policy.rung_epochs(),
+                     passed=policy.pass_counts(), reduction_factor=policy.reduction_factor,
+                     epoch_s=epoch_s, elapsed_s=elapsed, slots=2, epochs_done=len(rows),
+                     warm=None, brackets=policy.bracket_weights())
 
 
 def sweeps(quick: bool, out: Path) -> None:
