@@ -11,8 +11,9 @@ cost per trial):
   processes importing torch: 6-10 slot seconds on 2 cores, measured) is not charged
   again to every trial still to come; before then, from the sweep's start;
 * a trial at epoch ``e`` of ``target`` runs to the next rung of its Hyperband bracket
-  surely and past each rung ``r`` with the rate at which trials judged there continued (with a prior of
-  ``1/reduction_factor``, Li et al. 2020's promotion rate, worth :data:`PRIOR` trials);
+  surely and past each rung ``r`` with the rate at which trials judged there continued
+  (with a prior of ``1/reduction_factor``, Li et al. 2020's promotion rate, worth
+  :data:`PRIOR` trials);
   a trial not yet started starts at 0 with the mean target of those that did, in each
   bracket with the policy's probability of assigning it there;
 * ETA = (expected epochs x ``s`` + trials not yet started x ``o``) / slots, capped by
@@ -104,8 +105,9 @@ def sweep_eta(trials: Sequence[TrialState], total: int, *, rungs: Sequence[int],
     left = max(0, total - started)
     mean_target = (sum(t.target for t in trials) / started) if started else 0.0
     brackets = list(brackets) if brackets else [(1.0, rungs)]
-    epochs = sum(expected_epochs(t.epoch, t.target, brackets[min(t.bracket, len(brackets) - 1)][1],
-                                 rate) for t in running)
+    last = len(brackets) - 1
+    epochs = sum(expected_epochs(t.epoch, t.target, brackets[min(t.bracket, last)][1], rate)
+                 for t in running)
     epochs += left * sum(w * expected_epochs(0, round(mean_target), r, rate)
                          for w, r in brackets)
     overhead = max(0.0, elapsed_s * slots - epochs_done * epoch_s) / max(started, 1)

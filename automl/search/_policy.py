@@ -8,10 +8,11 @@ from automl.spec import Experiment
 
 
 def make_policy(exp: Experiment) -> RungPolicy | None:
-    """ASHA (Li et al. 2020) in epochs from ``exp.scheduler`` (:meth:`Experiment.bracket_count` > 1:
-    asynchronous Hyperband, Li et al. 2018), judging ``search.metric`` in ``search.mode``
-    (with ``search.objectives``: every objective, MO-ASHA, Schmucker et al. 2021) up to
-    :attr:`Experiment.max_epochs`; None when ``scheduler.type`` is ``none``."""
+    """ASHA (Li et al. 2020) in epochs from ``exp.scheduler`` (with
+    :meth:`Experiment.bracket_count` > 1, asynchronous Hyperband, Li et al. 2018), judging
+    ``search.metric`` in ``search.mode`` (with ``search.objectives``: every objective,
+    MO-ASHA, Schmucker et al. 2021) up to :attr:`Experiment.max_epochs`; None when
+    ``scheduler.type`` is ``none``."""
     sch = exp.scheduler
     if sch.type == "none":
         return None

@@ -501,8 +501,9 @@ class SchedulerSpec(_Strict):
     Hyperband (Li et al. 2018): bracket ``k`` starts at ``grace_period *
     reduction_factor**k`` (``automl.search.RungPolicy``). ``brackets: auto`` (the default)
     is 2 brackets when there are at least 2 rungs, else 1 (plain ASHA): of the counts tried
-    (1 to 4), 2 had the best average rank over the search-quality suite, sequential and with
-    4 workers, at 10 and 30 full trainings (``benchmarks/results/search_quality.md``)."""
+    (1 to 4), 2 had the lowest average rank on the search-quality suite summed over its
+    four settings (sequential and 4 workers, 10 and 30 full trainings;
+    ``benchmarks/results/search_quality.md``)."""
 
     type: Literal["asha", "none"] = "asha"
     grace_period: int = Field(1, ge=1)
