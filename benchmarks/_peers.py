@@ -31,11 +31,14 @@ A method whose package is missing raises ImportError with a one-line reason.
 
 from __future__ import annotations
 
+import math
 import re
 import tempfile
+from collections import Counter
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState, create_trial
 
 from benchmarks._events import Job, checkpoints
 
@@ -43,13 +46,17 @@ PEERS = ("random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh", "syne_asha",
          "syne_bohb", "dehb", "smac")
 METHODS = ("automl", *PEERS)
 VARIANTS = ("automl[brackets=1]", "automl[brackets=3]", "automl[brackets=4]",
-            "automl[n_startup=4]", "automl[brackets=2+n_startup=4]")
+            "automl[brackets=1+n_startup=4]", "automl[brackets=2+n_startup=4]")
 #: methods that need no benchmark-only package (the quick path, CI)
 CORE = ("automl", "random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh")
 _INSTALL = "make bench-setup installs it"
 
 
-KNOBS = ("brackets", "n_startup", "sampler", "grace", "rf", "bohb")
+#: spec knobs of a variant (:func:`experiment`), and ``bohb`` (:class:`HighestRungSampler`)
+SPEC_KNOBS = ("brackets", "n_startup", "sampler", "grace", "rf")
+KNOBS = (*SPEC_KNOBS, "bohb")
+#: ``automl[k=v+k=v]``
+VARIANT_PATTERN = re.compile(r"^automl\[(\w+=[\w.]+(?:\+\w+=[\w.]+)*)\]$")
 
 
 def experiment(problem, seed: int, sampler: str = "tpe", asha: bool = True,
@@ -57,15 +64,14 @@ def experiment(problem, seed: int, sampler: str = "tpe", asha: bool = True,
     """The spec our search is built from: ``search`` (``sampler``, ``seed``, and
     ``n_startup`` when given) and ``scheduler`` (ASHA, grace 1, reduction factor 3 up to
     ``max_t``; ``brackets``, ``grace`` and ``rf`` when given); everything else the spec's
-    defaults. ``bohb`` is read by :class:`CoreRunner`, not the spec.
+    defaults.
 
     Raises:
-        ValueError: a knob not in :data:`KNOBS`.
+        ValueError: a knob not in :data:`SPEC_KNOBS`.
     """
     from automl.spec import Experiment
 
     knobs = dict(knobs)
-    knobs.pop("bohb", None)
     search = {"sampler": knobs.pop("sampler", sampler), "seed": seed,
               "metric": "val_accuracy"}
     if "n_startup" in knobs:
@@ -76,7 +82,7 @@ def experiment(problem, seed: int, sampler: str = "tpe", asha: bool = True,
     if "brackets" in knobs:
         scheduler["brackets"] = int(knobs.pop("brackets"))
     if knobs:
-        raise ValueError(f"unknown knobs {sorted(knobs)}; {', '.join(KNOBS)}")
+        raise ValueError(f"unknown knobs {sorted(knobs)}; {', '.join(SPEC_KNOBS)}")
     return Experiment.model_validate({"name": "sq", "training": {"epochs": problem.max_t},
                                       "search": search, "scheduler": scheduler})
 
@@ -298,8 +304,6 @@ class SMACRunner:
         pass
 
 
-VARIANT_PATTERN = re.compile(r"^automl\[(\w+=[\w.]+(?:\+\w+=[\w.]+)*)\]$")
-
 
 def make_runner(method: str, problem, seed: int):
     """The runner of ``method`` (see the module table) on ``problem`` with ``seed``.
@@ -310,7 +314,7 @@ def make_runner(method: str, problem, seed: int):
     if method == "automl":
         return CoreRunner(problem, experiment(problem, seed))
     if (knobs := variant_knobs(method)) is not None:
-        bohb = knobs.get("bohb", "0") not in ("0", "false")
+        bohb = knobs.pop("bohb", "0") not in ("0", "false")
         return CoreRunner(problem, experiment(problem, seed, **knobs), bohb=bohb)
     if method == "random":
         return CoreRunner(problem, experiment(problem, seed, "random", asha=False))
@@ -369,17 +373,13 @@ class HighestRungSampler(optuna.samplers.BaseSampler):
             return study
         if self._cache is not None and self._cache[0] == trial.number:
             return self._cache[1]
-        from collections import Counter
-
-        from optuna.trial import TrialState, create_trial
-
         states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
         others = [t for t in study.get_trials(deepcopy=False, states=states)
                   if t.number != trial.number]
         names = {n for t in others for n in t.distributions}
         need = self.min_points or max(len(names) + 2, self.n_startup)
         counts = Counter(e for t in others for e, v in t.intermediate_values.items()
-                         if v == v)
+                         if not math.isnan(v))
         ready = [e for e, c in counts.items() if c >= need]
         if not ready:
             model = study
@@ -390,7 +390,7 @@ class HighestRungSampler(optuna.samplers.BaseSampler):
             model = optuna.Study("highest-rung", storage)  # no "study created" log line
             for t in others:
                 v = t.intermediate_values.get(b)
-                if v is not None and v == v:
+                if v is not None and not math.isnan(v):
                     model.add_trial(create_trial(params=t.params, distributions=t.distributions,
                                                  value=v))
                 elif t.state == TrialState.RUNNING:

@@ -102,6 +102,7 @@ def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
     measured in this session, the rungs and continue rates of ``policy``."""
     rungs = policy.rung_epochs() if policy is not None else []
     rf = policy.reduction_factor if policy is not None else None
+    brackets = policy.bracket_weights() if policy is not None else None
 
     def eta(ledger: Ledger) -> float | None:
         rows = ledger.session_reports()
@@ -119,7 +120,7 @@ def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
                          elapsed_s=elapsed, slots=slots,
                          epochs_done=ledger.epochs, time_budget_s=time_budget_s,
                          warm=warm_point(ledger.starts, trials, slots),
-                         brackets=policy.bracket_weights() if policy is not None else None)
+                         brackets=brackets)
 
     return eta
 
