@@ -298,9 +298,14 @@ def run_main_job(
         budget = JobBudget(exp, len(splits.train), len(splits.pool), admission.max_concurrent,
                            t0, clock=time.perf_counter)
         publish = _stage_publisher(sinks)
+        # the sweep's tail readies the CV's workers (not with data-parallel trials)
+        from automl.selection import WarmFoldWorkers
+
+        warm = [] if exp.resources.distributed else [
+            WarmFoldWorkers(exp.resources, admission.max_concurrent)]
         result = stages.run("search", lambda: _search(exp, prepared, run_dir, admission,
-                                                      console, sinks, init_weights, resume,
-                                                      budget),
+                                                      console, [*sinks, *warm], init_weights,
+                                                      resume, budget),
                             load=SearchResult.from_dict)
         # a W&B server lost mid-sweep moved its sink offline: the winner logs there too
         target = next((s.sink.target for s in sinks if isinstance(getattr(s, "sink", None),

@@ -390,6 +390,25 @@ def test_onnx_export_has_a_dynamic_batch_and_matches_in_onnx_runtime(teacher, ct
     assert "\n" not in skipped.skipped
 
 
+def test_onnx_export_falls_back_to_the_torch_export_based_exporter(teacher, ctx, tmp_path,
+                                                                    monkeypatch):
+    from automl.compress import onnx_export as ox
+
+    real, calls = torch.onnx.export, []
+
+    def legacy_gone(*args, **kw):
+        calls.append(kw.get("dynamo", True))
+        if kw.get("dynamo") is False:
+            raise RuntimeError("the TorchScript-based exporter is gone")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(torch.onnx, "export", legacy_gone)
+    path = ox.export_onnx(teacher, tmp_path / "f.onnx", ctx.X_test[:4])
+    assert calls == [False, True]
+    assert torch.allclose(ox.OnnxModel(path)(ctx.X_test[:5]),
+                          comp.predict(teacher, ctx.X_test[:5]), atol=1e-4)
+
+
 def test_chain_exports_kept_float_models_to_onnx_and_adds_ort_int8(chain):
     res, ctx = chain
     assert res.teacher_onnx.max_abs_diff < 1e-4 and res.teacher_onnx.argmax_agreement == 1.0

@@ -194,6 +194,7 @@ def test_fold_halving_skips_the_folds_of_candidates_out_of_reach(ray_cluster, di
     assert cv.compute["fold_trainings"] == 4 and cv.compute["fold_epochs"] == 7
     assert h["epochs_saved_fraction"] == pytest.approx(2 / 9, abs=1e-4)
     assert h["winner_is_fold1_leader"] is True and h["train_time_s_saved_est"] > 0
+    assert h["speculative_discarded"] <= 2  # run in the slot that waited for fold 1
 
 
 def test_cross_validation_refuses_a_class_smaller_than_the_folds(tmp_path):

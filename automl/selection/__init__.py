@@ -5,10 +5,16 @@ then retrained on all training rows and scored once on the test split.
 Public API: :func:`cross_validate`, :class:`CVResult`, :class:`CandidateCV`,
 :func:`refit_and_test`, :func:`make_folds`, :class:`FoldPlan`,
 :func:`classification_scores`, :func:`summarize`, :func:`choose_winner`,
-:func:`fit_and_score`, :func:`print_cv_table`.
+:func:`fit_and_score`, :func:`print_cv_table`, :class:`WarmFoldWorkers`.
 """
 
-from automl.selection._cv import CandidateCV, CVResult, cross_validate, refit_and_test
+from automl.selection._cv import (
+    CandidateCV,
+    CVResult,
+    WarmFoldWorkers,
+    cross_validate,
+    refit_and_test,
+)
 from automl.selection._folds import FoldPlan, make_folds
 from automl.selection._report import print_cv_table
 from automl.selection._scores import choose_winner, classification_scores, summarize
@@ -18,6 +24,7 @@ __all__ = [
     "CVResult",
     "CandidateCV",
     "FoldPlan",
+    "WarmFoldWorkers",
     "choose_winner",
     "classification_scores",
     "cross_validate",

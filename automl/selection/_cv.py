@@ -19,8 +19,9 @@ from automl.data import Dataset, Splits
 from automl.errors import RunError
 from automl.selection._folds import FoldPlan, make_folds
 from automl.selection._front import choose_on_front
+from automl.selection._schedule import AllOf, FoldSchedule
 from automl.selection._scores import choose_winner, summarize_folds
-from automl.selection._tasks import fit_and_score
+from automl.selection._tasks import fit_and_score, warm_up
 from automl.spec import Experiment
 
 
@@ -92,6 +93,54 @@ def fold_demand(resources) -> dict[str, float]:
     return demand
 
 
+class WarmFoldWorkers:
+    """A sweep sink (``automl.search.TrialSink``) that readies the cross-validation's
+    workers in the sweep's tail.
+
+    Once every trial of the sweep has started, a slot a trial frees stays idle until the
+    sweep ends. Into each such slot (at most ``slots``) it sends one Ray task of a fold
+    training's shape (:func:`fold_demand`) that only imports torch and the training code
+    (:func:`automl.selection._tasks.warm_up`). Ray keeps a finished task's worker for the
+    next task, so the first fold trainings start in a worker that has already paid the
+    imports (4-5 s a new worker on a 2-core machine, measured). It sends nothing while
+    trials still wait for a slot, so no trial is held up; ``close`` drops the task
+    handles. Sweeps of data-parallel trials are not readied (their workers are Ray
+    Train's).
+
+    Attributes:
+        sent: how many warm-up tasks went out.
+    """
+
+    def __init__(self, resources, slots: int):
+        self.demand = fold_demand(resources)
+        self.slots = int(slots)
+        self.sent = 0
+        self._refs: list = []
+
+    def start(self, trial, sweep) -> None:
+        pass
+
+    def log(self, trial, row, sweep) -> None:
+        pass
+
+    def finish(self, trial, sweep) -> None:
+        if sweep.done + sweep.running < sweep.total:
+            return  # trials still wait for this slot
+        free = min(self.slots, self.slots - sweep.running) - self.sent
+        if free <= 0:
+            return
+        import ray
+
+        remote = ray.remote(warm_up).options(num_cpus=self.demand["CPU"],
+                                             num_gpus=self.demand.get("GPU", 0.0),
+                                             max_retries=0)
+        self._refs += [remote.remote() for _ in range(free)]
+        self.sent += free
+
+    def close(self, sweep) -> None:
+        self._refs.clear()
+
+
 def _admit(exp: Experiment):
     """Fold concurrency from the search's admission control (fails fast when a fold can
     never be placed), capped by ``resources.concurrent_trials``."""
@@ -100,45 +149,59 @@ def _admit(exp: Experiment):
     return admit(fold_demand(exp.resources), exp.resources.concurrent_trials)
 
 
-def _run_tasks(data_ref, jobs: list[tuple], *, resources, limit: int, deadline: float,
+def _run_tasks(data_ref, schedule, job_of, *, resources, limit: int, deadline: float,
                impute, keep_model: bool = False, on_done=None) -> dict:
-    """Run ``fit_and_score`` for ``(key, config, train_idx, eval_idx)`` jobs as Ray tasks,
-    at most ``limit`` at once, all finished by ``deadline`` (``time.monotonic``);
-    ``on_done(key, result)`` is called as each one finishes."""
+    """Run ``fit_and_score`` as Ray tasks, at most ``limit`` at once, in the order
+    ``schedule`` (a :class:`~automl.selection._schedule.FoldSchedule` or ``AllOf``) gives,
+    all finished by ``deadline`` (``time.monotonic``). ``job_of(key)`` is the job's
+    ``(config, train_idx, eval_idx)``; ``on_done(key, result)`` is called for each result
+    as it comes to count. A running job the schedule no longer wants (a speculative fold
+    of a candidate fold halving dropped) is interrupted (``ray.cancel(force=False)``: the
+    worker stays for the next task). Returns ``schedule.results``."""
     import ray
 
     demand = fold_demand(resources)
     cpus, gpus = demand["CPU"], demand.get("GPU", 0.0)
     remote = ray.remote(fit_and_score).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
-    queue, pending, results = list(jobs), {}, {}
+    pending: dict = {}
     try:
-        while queue or pending:
-            while queue and len(pending) < limit:
-                key, cfg, tr, ev = queue.pop(0)
+        while True:
+            while len(pending) < limit:
+                key = schedule.next(set(pending.values()))
+                if key is None:
+                    break
+                cfg, tr, ev = job_of(key)
                 ref = remote.remote(data_ref, cfg, tr, ev, impute=impute, cpus=cpus, gpus=gpus,
                                     precision=resources.precision, keep_model=keep_model)
                 pending[ref] = key
+            if schedule.finished() or not pending:
+                break
             left = deadline - time.monotonic()
             done, _ = ray.wait(list(pending), num_returns=1, timeout=max(left, 0.0))
             if not done:
                 raise RunError(f"cross-validation did not finish in time ({len(pending)} fold "
-                               f"trainings running, {len(queue)} queued)",
-                               where="selection.timeout_s",
+                               f"trainings running)", where="selection.timeout_s",
                                fix="raise selection.timeout_s or lower cv_folds / top_k")
             for ref in done:
                 key = pending.pop(ref)
                 try:
-                    results[key] = ray.get(ref, timeout=60)
-                    if on_done is not None:
-                        on_done(key, results[key])
+                    result = ray.get(ref, timeout=60)
                 except ray.exceptions.RayError as e:
+                    if not schedule.wanted(key):
+                        continue
                     last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
                     raise RunError(f"training trial {key[0]} on fold {key[1]} failed: {last}",
                                    where="selection") from None
+                for k, r in schedule.record(key, result):
+                    if on_done is not None:
+                        on_done(k, r)
+            for ref in [r for r, k in pending.items() if not schedule.wanted(k)]:
+                ray.cancel(ref, force=False)  # a dropped candidate's speculative fold: the
+                schedule.cancel(pending.pop(ref))  # slot frees now, the worker stays
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
-    return results
+    return schedule.results
 
 
 def cross_validate(
@@ -221,35 +284,35 @@ def cross_validate(
         bar.step(f"trial {key[0]} fold {key[1] + 1}: {sel.metric} "
                  f"{result['scores'][sel.metric]:.4f}", work=epochs[key[0]])
 
-    run = dict(data_ref=data_ref, resources=exp.resources, limit=admission.max_concurrent,
-               deadline=deadline, impute=exp.data.impute, on_done=log_fold)
     halve = sel.fold_halving and not exp.search.multi_objective
-    first = range(1) if halve else range(n)
-    jobs = [((c.trial_id, i), c.config, *plan.folds[i]) for i in first for c in candidates
-            if (c.trial_id, i) not in results]
+    schedule = FoldSchedule(list(configs), n, halve=halve, margin=sel.halving_margin,
+                            epochs=epochs, metric=sel.metric, done=results)
+    decided, logged = [schedule.survivors is not None], set()
+
+    def on_done(key, result) -> None:
+        if not decided[0] and schedule.survivors is not None:  # fold 1 just decided
+            decided[0] = True
+            left = [(c, i) for c in schedule.survivors for i in range(n)
+                    if (c, i) in todo and (c, i) not in logged]
+            bar.resize(bar.done + len(left), bar.work_done + sum(epochs[c] for c, _ in left))
+        logged.add(key)
+        log_fold(key, result)
+
     try:
-        results.update(_run_tasks(jobs=jobs, **run))
-    except BaseException:
+        results = _run_tasks(data_ref, schedule, lambda k: (configs[k[0]], *plan.folds[k[1]]),
+                             resources=exp.resources, limit=admission.max_concurrent,
+                             deadline=deadline, impute=exp.data.impute, on_done=on_done)
+    finally:
         bar.close()
-        raise
-    survivors, halving = list(candidates), None
-    if halve:
-        score1 = {c.trial_id: results[(c.trial_id, 0)]["scores"][sel.metric] for c in candidates}
-        leader = max(candidates, key=lambda c: score1[c.trial_id]).trial_id
-        survivors = [c for c in candidates
-                     if score1[c.trial_id] >= score1[leader] - sel.halving_margin - 1e-12]
-        kept = {c.trial_id for c in survivors}
-        jobs = [((c.trial_id, i), c.config, *plan.folds[i]) for i in range(1, n)
-                for c in survivors if (c.trial_id, i) not in results]
-        bar.resize(bar.done + len(jobs), bar.work_done + sum(epochs[k[0]] for k, *_ in jobs))
-        try:
-            results.update(_run_tasks(jobs=jobs, **run))
-        finally:
-            bar.close()
-        halving = {"margin": sel.halving_margin, "fold1_leader": leader,
+    halving = None
+    if halve:  # (with one candidate or one fold nothing is dropped)
+        score1 = {c: schedule.score1(c) for c in configs}
+        kept = set(schedule.survivors)
+        halving = {"margin": sel.halving_margin,
+                   "fold1_leader": schedule.leader or max(configs, key=score1.get),
                    "fold1_scores": score1,
-                   "dropped": [c.trial_id for c in candidates if c.trial_id not in kept]}
-    bar.close()
+                   "dropped": [c.trial_id for c in candidates if c.trial_id not in kept],
+                   "speculative_discarded": schedule.wasted}
     wall = time.perf_counter() - t0
 
     rows = []
@@ -358,11 +421,11 @@ def refit_and_test(
 
     if admission is None:
         admission = _admit(exp)  # fails fast when the refit can never be placed
-    jobs = [(("refit", "all"), config, splits.pool, splits.test)]
+    rows = {("refit", "all"): (splits.pool, splits.test)}
     if teacher:
-        jobs.append((("teacher", "train"), config, splits.train, splits.val))
-    done = _run_tasks(ray.put(data), jobs, resources=exp.resources,
-                      limit=min(len(jobs), admission.max_concurrent),
+        rows[("teacher", "train")] = (splits.train, splits.val)
+    done = _run_tasks(ray.put(data), AllOf(rows), lambda k: (config, *rows[k]),
+                      resources=exp.resources, limit=min(len(rows), admission.max_concurrent),
                       deadline=time.monotonic() + exp.selection.timeout_s,
                       impute=exp.data.impute, keep_model=True)
     out = done[("refit", "all")]

@@ -36,6 +36,9 @@ def print_cv_table(console: Console, cv) -> None:
         line += (f"; fold halving dropped {len(h['dropped'])} after fold 1, skipping "
                  f"{h['fold_trainings_skipped']} fold trainings ({h['epochs_saved_fraction']:.0%} "
                  f"of epochs, ~{h['train_time_s_saved_est']:.1f}s)")
+        if h.get("speculative_discarded"):
+            line += (f"; {h['speculative_discarded']} of them had started in a slot that "
+                     "waited for fold 1, and were discarded")
     console.print(line, highlight=False)
 
 
