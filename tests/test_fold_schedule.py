@@ -95,6 +95,24 @@ def test_the_refit_runs_each_of_its_jobs_once():
     assert s.finished() and s.next(set()) is None
 
 
+def _simulate(s, slots, secs, score):
+    """Run schedule ``s`` on ``slots`` slots, each candidate's fold taking ``secs[c]``;
+    returns the time the last counted fold ends, and the keys in the order they counted."""
+    clock, running, counted = 0.0, [], []
+    while True:
+        while len(running) < slots:
+            key = s.next({k for _, k in running})
+            if key is None:
+                break
+            heapq.heappush(running, (clock + secs[key[0]], key))
+        if s.finished() or not running:
+            return clock, counted
+        clock, key = heapq.heappop(running)
+        counted += [k for k, _ in s.record(key, res(score[key[0]], secs[key[0]]))]
+        running = [(t, k) for t, k in running if s.wanted(k)]  # cancelled, as _run_tasks does
+        heapq.heapify(running)
+
+
 def test_simulated_cv_scores_what_two_phase_halving_scores_and_ends_sooner():
     """Event-driven check against the old two-phase rule (every fold 1, a barrier, then
     the survivors' other folds), on 200 random CVs (1-5 candidates, 1-4 folds, 1-3 slots):
@@ -109,20 +127,8 @@ def test_simulated_cv_scores_what_two_phase_halving_scores_and_ends_sooner():
         score = {c: round(rng.uniform(0.97, 1.0), 3) for c in cands}
         secs = {c: rng.uniform(1, 5) for c in cands}
 
-        def simulate(s):
-            clock, running, counted = 0.0, [], []
-            while True:
-                while len(running) < slots:
-                    key = s.next({k for _, k in running})
-                    if key is None:
-                        break
-                    heapq.heappush(running, (clock + secs[key[0]], key))
-                if s.finished() or not running:
-                    return clock, counted
-                clock, key = heapq.heappop(running)
-                counted += [k for k, _ in s.record(key, res(score[key[0]], secs[key[0]]))]
-                running = [(t, k) for t, k in running if s.wanted(k)]
-                heapq.heapify(running)
+        def simulate(s, slots=slots, secs=secs, score=score):
+            return _simulate(s, slots, secs, score)
 
         end, counted = simulate(sched(cands, n=n, margin=0.02))
         top = max(score.values())

@@ -6,31 +6,43 @@ Public API: :func:`cross_validate`, :class:`CVResult`, :class:`CandidateCV`,
 :func:`refit_and_test`, :func:`make_folds`, :class:`FoldPlan`,
 :func:`classification_scores`, :func:`summarize`, :func:`choose_winner`,
 :func:`fit_and_score`, :func:`print_cv_table`, :class:`WarmFoldWorkers`.
+
+The names are imported when first used (PEP 562): a Ray worker that runs a fold training
+imports ``automl.selection._tasks``, and with it this package, without the search and
+Ray Tune that ``_cv`` needs (about 1 s of a new worker's start on a 2-core machine).
 """
 
-from automl.selection._cv import (
-    CandidateCV,
-    CVResult,
-    WarmFoldWorkers,
-    cross_validate,
-    refit_and_test,
-)
-from automl.selection._folds import FoldPlan, make_folds
-from automl.selection._report import print_cv_table
-from automl.selection._scores import choose_winner, classification_scores, summarize
-from automl.selection._tasks import fit_and_score
+from __future__ import annotations
 
-__all__ = [
-    "CVResult",
-    "CandidateCV",
-    "FoldPlan",
-    "WarmFoldWorkers",
-    "choose_winner",
-    "classification_scores",
-    "cross_validate",
-    "fit_and_score",
-    "make_folds",
-    "print_cv_table",
-    "refit_and_test",
-    "summarize",
-]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "CVResult": "_cv",
+    "CandidateCV": "_cv",
+    "WarmFoldWorkers": "_cv",
+    "cross_validate": "_cv",
+    "refit_and_test": "_cv",
+    "FoldPlan": "_folds",
+    "make_folds": "_folds",
+    "print_cv_table": "_report",
+    "choose_winner": "_scores",
+    "classification_scores": "_scores",
+    "summarize": "_scores",
+    "fit_and_score": "_tasks",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'automl.selection' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"automl.selection.{where}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
