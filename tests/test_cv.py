@@ -204,3 +204,32 @@ def test_cross_validation_refuses_a_class_smaller_than_the_folds(tmp_path):
     exp = load_spec(write_spec(tmp_path, SPEC), {"selection.cv_folds": 5})
     with pytest.raises(DataError, match=r"class 'c' has 4 training rows, fewer than the 5"):
         cross_validate(exp, data, np.arange(len(y)), [_candidate("a", 1e-2, 1)])
+
+
+def test_the_sweeps_tail_readies_fold_workers_only_in_slots_no_trial_waits_for(ray_cluster,
+                                                                               tmp_path):
+    import os
+
+    import ray
+
+    from automl.search._ledger import SweepView
+    from automl.selection import WarmFoldWorkers
+
+    exp = load_spec(write_spec(tmp_path, SPEC))
+    warm = WarmFoldWorkers(exp.resources, slots=2)
+
+    def view(done, running, total=10):
+        return SweepView("val_accuracy", "max", total, running, {"completed": done}, None,
+                         None, 0, 0.0)
+
+    warm.finish(None, view(done=8, running=1))  # one trial still to start: it takes the slot
+    assert warm.sent == 0
+    warm.finish(None, view(done=9, running=1))  # every trial started, one slot free
+    assert warm.sent == 1
+    warm.finish(None, view(done=10, running=0))
+    warm.finish(None, view(done=10, running=0))
+    assert warm.sent == 2  # never more than the slots
+    pids = ray.get(warm._refs, timeout=120)
+    assert len(pids) == 2 and os.getpid() not in pids  # ran in Ray workers
+    warm.close(view(done=10, running=0))
+    assert warm._refs == []
