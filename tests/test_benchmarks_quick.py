@@ -73,58 +73,69 @@ def test_report_timing_from_trials_jsonl(tmp_path):
     assert scaling.report_timing(tmp_path, sweep_wall_s=20.0)["startup_per_trial_s"] == 4.0
 
 
-#: the sections the suite runs in a fresh process; ``scaling`` (Ray Train worker groups,
-#: ~20 s each) and ``chaos`` (kills and resumes) run with ``make bench`` only: on 2 cores
-#: with one kept busy the whole ``--quick`` run took over 5 minutes; ``search_quality`` has
-#: its own test below
+#: the sections the suite runs, each in a fresh process of its own (each one bounded
+#: alone: the four in one process took over 300 s on 2 cores with one kept busy);
+#: ``scaling`` (Ray Train worker groups, ~20 s each) and ``chaos`` (kills and resumes) run
+#: with ``make bench`` only; ``search_quality`` has its own test below
 SUITE = ("orchestration", "baselines", "compression", "mnist1d")
 
 
-def test_quick_benchmarks_write_their_records(tmp_path):
-    """``python -m benchmarks --quick --only ...`` (what ``make bench-quick`` runs, less
-    the slow sections above): each section runs and writes its documented record. A fresh
-    process, as a user runs it; bounded."""
-    pytest.importorskip("mfpbench")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--seeds", "1",
-                           "--only", *SUITE, "--out", str(tmp_path)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert set(SUITE) <= set(ORDER)
-    recs = {n: json.loads((tmp_path / f"{n}.json").read_text()) for n in SUITE}
-    for name, rec in recs.items():
-        assert rec["status"] == "ok", (name, rec.get("reason"))
-        assert rec["quick"] is True and rec["machine"]["cores"] >= 1
-        assert rec["machine"]["memory_gib"] > 0 and rec["versions"]["torch"].startswith("2.13")
-        assert f"# {rec['title']}" in (tmp_path / f"{name}.md").read_text()
-
-    orch = recs["orchestration"]
-    tools = [r[0] for r in orch["tables"][0]["rows"]]
+def _check_orchestration(rec):
+    tools = [r[0] for r in rec["tables"][0]["rows"]]
     assert len(tools) == 4 and tools[0].startswith("automl")
-    for row in orch["tables"][0]["rows"]:  # trials, slots, ..., best val accuracy
+    for row in rec["tables"][0]["rows"]:  # trials, slots, ..., best val accuracy
         assert row[1] == 2 and row[2] in (1, 2) and 0.5 < row[-1] <= 1.0, row
         assert 0.0 < row[6] <= 1.0  # efficiency: a share of the slot time
-    parts = orch["data"]["automl_slot_time"]
-    run = orch["data"]["runs"]["automl"]
+    parts = rec["data"]["automl_slot_time"]
+    run = rec["data"]["runs"]["automl"]
     assert sum(parts.values()) == pytest.approx(run["sweep_wall_s"] * run["slots"], abs=0.1)
     assert parts["training steps"] == pytest.approx(run["train_time_s"], abs=0.05)
 
-    base = {r[0]: r for r in recs["baselines"]["tables"][0]["rows"]}
+
+def _check_baselines(rec):
+    base = {r[0]: r for r in rec["tables"][0]["rows"]}
     assert len(base) == 3 and all(0.5 < r[1] <= 1.0 for r in base.values())
 
-    comp = recs["compression"]["tables"][0]["rows"]  # the winner first, then the stages
+
+def _check_compression(rec):
+    comp = rec["tables"][0]["rows"]  # the winner first, then the stages
     assert len(comp) >= 2 and comp[0][0] == "winner"
     assert comp[-1][5] < comp[0][5]  # file bytes: the last accepted stage is smaller
 
-    m1d = recs["mnist1d"]  # automl, plain Optuna, SVC, MLPClassifier, paper CNN, paper MLP
-    rows = m1d["tables"][0]["rows"]
+
+def _check_mnist1d(m1d):
+    rows = m1d["tables"][0]["rows"]  # automl, plain Optuna, SVC, MLPClassifier, paper CNN/MLP
     assert len(rows) == 6 and rows[0][0].startswith("automl") and rows[4][0].startswith("paper CNN")
     assert all(0.1 < r[1] <= 1.0 and r[4] > 0 for r in rows), rows  # test accuracy, total wall
     shuffled = {r[0].split(" (")[0].split(",")[0]: r for r in m1d["tables"][1]["rows"]}
     assert set(shuffled) == {"paper CNN", "paper MLP", "SVC"}  # automl's too in full mode
     assert abs(shuffled["SVC"][1] - shuffled["SVC"][2]) <= 0.002  # RBF: permutation-invariant
     assert m1d["data"]["optuna"]["epochs"] >= m1d["data"]["automl"]["mnist1d"]["search_epochs"]
+
+
+CHECKS = {"orchestration": _check_orchestration, "baselines": _check_baselines,
+          "compression": _check_compression, "mnist1d": _check_mnist1d}
+
+
+@pytest.mark.parametrize("name", SUITE)
+def test_quick_benchmark_writes_its_record(name, tmp_path):
+    """``python -m benchmarks --quick --only NAME`` (what ``make bench-quick`` runs, one
+    section at a time): the section runs and writes its documented record, and its
+    figures have their documented shape. A fresh process, as a user runs it; bounded."""
+    pytest.importorskip("mfpbench")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--seeds", "1",
+                           "--only", name, "--out", str(tmp_path)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert name in ORDER
+    rec = json.loads((tmp_path / f"{name}.json").read_text())
+    assert rec["status"] == "ok", (name, rec.get("reason"))
+    assert rec["quick"] is True and rec["machine"]["cores"] >= 1
+    assert rec["machine"]["memory_gib"] > 0 and rec["versions"]["torch"].startswith("2.13")
+    assert f"# {rec['title']}" in (tmp_path / f"{name}.md").read_text()
+    CHECKS[name](rec)
 
 
 def test_search_quality_quick_writes_its_record(tmp_path):
