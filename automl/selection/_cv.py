@@ -174,8 +174,11 @@ def _run_tasks(data_ref, schedule, job_of, *, resources, limit: int, deadline: f
                 ref = remote.remote(data_ref, cfg, tr, ev, impute=impute, cpus=cpus, gpus=gpus,
                                     precision=resources.precision, keep_model=keep_model)
                 pending[ref] = key
-            if schedule.finished() or not pending:
+            if schedule.finished():
                 break
+            if not pending:  # a schedule that offers nothing yet is not finished: a bug
+                raise RunError("cross-validation's schedule stalled with folds left to train",
+                               where="selection")
             left = deadline - time.monotonic()
             done, _ = ray.wait(list(pending), num_returns=1, timeout=max(left, 0.0))
             if not done:
