@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from automl.cluster._ray_private import METRICS_PORT_KWARG
 from automl.errors import ResourceError
 
+logger = logging.getLogger(__name__)
+
 # Before ray is imported anywhere: no usage-stats prompt or upload, quiet Tune output.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -85,8 +87,15 @@ def connect(
     initialised Ray in this process is reused as is.
 
     Metrics (Ray's and this package's ``ray_automl_*``, see ``automl.monitoring``) are
-    exported in Prometheus format on ``metrics_export_port`` (default: a free port);
-    Ray's exporter listens on every interface, like its other services.
+    exported in Prometheus format on ``metrics_export_port`` (default: a port Ray's agent
+    binds itself, read back from ``ray.nodes()``); Ray's exporter listens on every
+    interface, like its other services.
+
+    A local start that fails (Ray raises when its node does not come up in 30 s, e.g. a
+    port taken while it starts) is retried once with new ports.
+
+    Raises:
+        ResourceError: a named port is in use, or the local Ray did not start twice.
     """
     import ray
 
@@ -106,28 +115,53 @@ def connect(
             raise ResourceError(f"port {port} for the Ray {what} is already in use (another "
                                 "Ray instance?)", where=f"{dashboard_host}:{port}",
                                 fix=f"stop it, or pass {flag} 0 to use a free port")
-    metrics_export_port = metrics_export_port or free_port()
-    dashboard_port = dashboard_port or free_port()
-    # Ray Train's placement-group cleaner finds the State API by auto-detection, which
-    # fails when several Ray instances run on one machine ("Found multiple active Ray
-    # instances"): the cleaner dies, a stopped trial's placement group is never freed
-    # and the next trial's worker group waits forever. Naming our dashboard in the
-    # environment the raylet (and so every worker) inherits pins it to this instance.
-    host = "127.0.0.1" if dashboard_host in ("0.0.0.0", "::") else dashboard_host
-    os.environ["RAY_API_SERVER_ADDRESS"] = f"http://{host}:{dashboard_port}"
-    info = ray.init(
-        num_cpus=num_cpus or os.cpu_count() or 1,
-        object_store_memory=object_store_mb * 1024 * 1024,
-        include_dashboard=True,
-        dashboard_host=dashboard_host,
-        dashboard_port=dashboard_port,
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-        **{METRICS_PORT_KWARG: metrics_export_port},
-    )
+    # Ray's agents bind their own metrics port (port 0) unless one is named: a port picked
+    # here and released would race with the ports Ray binds while it starts (seen once in
+    # a full test run: "Address already in use", then "The current node timed out during
+    # startup" 30 s later). Ray then reports the port it bound in ``ray.nodes()``.
+    metrics = {METRICS_PORT_KWARG: metrics_export_port} if metrics_export_port else {}
+    for attempt in (1, 2):
+        port = dashboard_port or free_port()
+        # Ray Train's placement-group cleaner finds the State API by auto-detection, which
+        # fails when several Ray instances run on one machine ("Found multiple active Ray
+        # instances"): the cleaner dies, a stopped trial's placement group is never freed
+        # and the next trial's worker group waits forever. Naming our dashboard in the
+        # environment the raylet (and so every worker) inherits pins it to this instance.
+        host = "127.0.0.1" if dashboard_host in ("0.0.0.0", "::") else dashboard_host
+        os.environ["RAY_API_SERVER_ADDRESS"] = f"http://{host}:{port}"
+        try:
+            info = ray.init(
+                num_cpus=num_cpus or os.cpu_count() or 1,
+                object_store_memory=object_store_mb * 1024 * 1024,
+                include_dashboard=True,
+                dashboard_host=dashboard_host,
+                dashboard_port=port,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+                **metrics,
+            )
+            break
+        except Exception as e:  # Ray raises a bare Exception when its node does not start
+            ray.shutdown()
+            last = (str(e).strip().splitlines() or [repr(e)])[-1]
+            if attempt == 2 or (dashboard_port and metrics_export_port):
+                raise ResourceError(f"local Ray did not start: {last}", where="ray.init",
+                                    fix="see the raylet and agent logs under "
+                                        "/tmp/ray/session_latest/logs") from None
+            logger.warning("local Ray did not start (%s); retrying once with new ports", last)
+    mport = metrics_export_port or _metrics_port()
     return RayHandle(True, info.address_info.get("gcs_address", ""), _dashboard(info),
-                     f"http://127.0.0.1:{metrics_export_port}/metrics",
+                     f"http://127.0.0.1:{mport}/metrics" if mport else None,
                      info.address_info.get("session_dir"))
+
+
+def _metrics_port() -> int | None:
+    """The Prometheus export port this driver's node bound (public ``ray.nodes()``)."""
+    import ray
+
+    me = ray.get_runtime_context().get_node_id()
+    return next((n.get("MetricsExportPort") for n in ray.nodes() if n.get("NodeID") == me),
+                None)
 
 
 def _dashboard(info) -> str | None:
