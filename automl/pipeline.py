@@ -438,6 +438,29 @@ def _cross_validate(exp: Experiment, dataset, splits, top, run_dir: Path, consol
     return cv
 
 
+def _trial_teacher(trial, config: dict) -> dict | None:
+    """The compression teacher taken from the winner's own sweep trial, when that trial ran
+    ``config`` to its last epoch and kept that epoch's checkpoint: it is a model of the
+    winner's configuration trained on the search's train rows only, which is what the
+    teacher must be, so it need not be trained again beside the refit (the refit then gets
+    both slots' threads). ``{"checkpoint": TrainState.checkpoint dict, "source": str}``,
+    or None (stopped early, no checkpoint, another config, an unreadable file)."""
+    from automl.search._checkpoints import TrialCheckpoints
+
+    folder = (trial.checkpoint or "") if trial is not None else ""
+    tail = f"/checkpoints/trial_{trial.trial_id}" if trial is not None else ""
+    if trial is None or trial.end_state != "completed" or not folder.endswith(tail):
+        return None
+    try:
+        ckpt = TrialCheckpoints(folder[: -len(tail)]).latest(trial.trial_id)
+    except Exception:  # noqa: BLE001 - unreadable: the teacher is trained beside the refit
+        return None
+    if not ckpt or ckpt.get("config") != config or ckpt.get("epoch") != config.get("epochs"):
+        return None
+    return {"checkpoint": ckpt, "source": f"trial {trial.trial_id}'s epoch-{ckpt['epoch']} "
+                                          "checkpoint"}
+
+
 def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path, console=None,
            publish=None, budget: JobBudget | None = None, held: dict | None = None) -> dict:
     """The refit stage: the CV winner retrained on train + validation rows and scored once
@@ -457,9 +480,10 @@ def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path, console=
                        eta_s=budget.refit_s(wc) if budget and wc else None,
                        publish=publish) as bar:
         teach = exp.compression.enabled and bool(exp.compression.stages) and held is not None
-        final = refit_and_test(exp, dataset, splits, winner.config, teacher=teach)
+        own = _trial_teacher(won, winner.config) if teach else None
+        final = refit_and_test(exp, dataset, splits, winner.config, teacher=teach and not own)
         if teach:
-            held["teacher"] = final["teacher"]
+            held["teacher"] = own or final["teacher"]
         bar.step(f"trial {winner.trial_id} on {len(splits.pool)} rows, "
                  f"test accuracy {final['test']['accuracy']:.4f}")
     dst = run_dir / "best" / "model.pt"

@@ -337,6 +337,13 @@ def test_main_job_ends_with_the_chain_and_registers_kept_models(ray_cluster, tmp
         section["table"])
     assert summary["registry"]["versions"] == ["tinyc@1", "tinyc-01_quantize@1",
                                                "tinyc-01_quantize_ort@1"]
+    # the one trial ran all 3 epochs: the teacher is its last checkpoint, not trained again
+    # (the refit trained alone), and scores the validation rows as the trial did
+    trial = json.loads((run_dir / "trials.json").read_text())[0]
+    assert trial["end_state"] == "completed"
+    assert section["teacher_from"] == f"from trial {trial['trial_id']}'s epoch-3 checkpoint"
+    assert section["teacher"]["val_accuracy"] == pytest.approx(
+        trial["history"][-1]["val_accuracy"], abs=1e-9)
 
 
 def test_automl_compress_without_a_chain_asks_for_one(finished, tmp_path):

@@ -40,7 +40,7 @@ from automl.errors import DataError, SpecError
 
 OUT = "compression"
 REQUIRED = ("spec.yaml", "best/model.pt", "summary.json")
-TEACHER_SOURCE = ("the winner's configuration retrained on the search's train rows "
+TEACHER_SOURCE = ("the winner's configuration trained on the search's train rows only "
                   "(validation rows held out for the accuracy-drop guard)")
 
 
@@ -68,7 +68,8 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
         publish: ``(stage, done, total, eta_s)`` goes there as each step ends (metrics).
         eta_s: an estimate of the whole stage before its first step ends, seconds.
         teacher_fit: the teacher already trained (``fit_and_score(keep_model=True)`` of
-            the winner's config on the train rows, e.g. beside the refit); trained here
+            the winner's config on the train rows, e.g. beside the refit, or the winner's
+            own sweep trial's last checkpoint, ``{"checkpoint", "source"}``); trained here
             when None or of another config.
 
     Runs in this process with ``exp.resources.cpus_per_worker`` torch threads (restored
@@ -123,8 +124,9 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
                                 gpus=1.0 if comp.device == "cuda" else 0.0)
         teacher = _rebuild(cfg.arch, fit["checkpoint"])
         timing = {"teacher_retrain_s": round(time.perf_counter() - t0, 2)}
-        bar.step(f"teacher {'retrained' if fit is not teacher_fit else 'trained beside the refit'}"
-                 f" ({cfg.epochs} epochs)", work=cfg.epochs)
+        how = ("retrained" if fit is not teacher_fit else
+               f"from {fit['source']}" if fit.get("source") else "trained beside the refit")
+        bar.step(f"teacher {how} ({cfg.epochs} epochs)", work=cfg.epochs)
         sets = fit_transform(dataset, splits.train, splits.val, splits.test,
                              impute=exp.data.impute)
         kw = {"seed": comp.seed, "batch_size": comp.batch_size, "lr": comp.lr,
@@ -162,7 +164,7 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
     section = {"status": "completed", **chain.to_dict(), "winner": w_meas.to_dict(),
                "winner_export": w_export.to_dict(),
                "winner_onnx": w_onnx.to_dict() if w_onnx else None,
-               "teacher_source": TEACHER_SOURCE,
+               "teacher_source": TEACHER_SOURCE, "teacher_from": how,
                "guard": {"split": "validation", "rows": len(splits.val),
                          "teacher_val_accuracy": chain.teacher.val_accuracy,
                          "winner_val_accuracy_seen_in_training": w_meas.val_accuracy},
