@@ -155,7 +155,8 @@ def test_run_dir_records_what_reproducing_the_winner_needs(sweep):
     record = json.loads((run_dir / "reproducibility.json").read_text())
     env = record["environment"]  # captured inside the Ray task that trained best/model.pt
     assert env["torch_flags"]["deterministic_algorithms"] is True
-    assert env["threads"]["intra_op"] == 1 == int(exp.resources.cpus_per_worker)
+    # no compression teacher beside it, and 2 fold slots: the refit held two workers' CPUs
+    assert env["threads"]["intra_op"] == 2 == 2 * int(exp.resources.cpus_per_worker)
     assert env["device"]["type"] == "cpu" and env["device"]["cpu_capability"]
     assert env["packages"]["torch"] == torch.__version__  # 2.13.0+cpu
     assert env["packages"]["numpy"] and env["packages"]["torchao"]
