@@ -480,7 +480,9 @@ def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path, console=
                        eta_s=budget.refit_s(wc) if budget and wc else None,
                        publish=publish) as bar:
         teach = exp.compression.enabled and bool(exp.compression.stages) and held is not None
-        own = _trial_teacher(won, winner.config) if teach else None
+        # a data-parallel trial's checkpoint may hold FSDP shards: its teacher is retrained
+        own = _trial_teacher(won, winner.config) if teach and not exp.resources.distributed \
+            else None
         final = refit_and_test(exp, dataset, splits, winner.config, teacher=teach and not own)
         if teach:
             held["teacher"] = own or final["teacher"]
