@@ -117,17 +117,21 @@ CHECKS = {"orchestration": _check_orchestration, "baselines": _check_baselines,
           "compression": _check_compression, "mnist1d": _check_mnist1d}
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", SUITE)
 def test_quick_benchmark_writes_its_record(name, tmp_path):
     """``python -m benchmarks --quick --only NAME`` (what ``make bench-quick`` runs, one
     section at a time): the section runs and writes its documented record, and its
-    figures have their documented shape. A fresh process, as a user runs it; bounded."""
+    figures have their documented shape. A fresh process, as a user runs it; bounded at
+    570 s, a hang's bound and not a speed limit: on a slow 2-core machine with one core
+    busy the sections took 206, 142, 139 and 115 s (the old 280 s bound was 1.4x the
+    slowest)."""
     pytest.importorskip("mfpbench")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--seeds", "1",
                            "--only", name, "--out", str(tmp_path)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=280)
+                          capture_output=True, text=True, timeout=570)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert name in ORDER
     rec = json.loads((tmp_path / f"{name}.json").read_text())
