@@ -447,9 +447,10 @@ def _trial_teacher(trial, config: dict) -> dict | None:
     or None (stopped early, no checkpoint, another config, an unreadable file)."""
     from automl.search._checkpoints import TrialCheckpoints
 
-    folder = (trial.checkpoint or "") if trial is not None else ""
-    tail = f"/checkpoints/trial_{trial.trial_id}" if trial is not None else ""
-    if trial is None or trial.end_state != "completed" or not folder.endswith(tail):
+    if trial is None or trial.end_state != "completed":
+        return None
+    folder, tail = trial.checkpoint or "", f"/checkpoints/trial_{trial.trial_id}"
+    if not folder.endswith(tail):
         return None
     try:
         ckpt = TrialCheckpoints(folder[: -len(tail)]).latest(trial.trial_id)
