@@ -42,11 +42,14 @@ class StageProgress:
         slots: steps that run at once: until that many have finished, the measured rate
             says little (the first ones carry the workers' start), so ``eta_s`` is used.
         clock: seconds, monotonic.
+        live: False prints a line per step even on a terminal (a stage that runs beside
+            another stage's live line: rich shows one live display at a time).
     """
 
     def __init__(self, console: Console, stage: str, total: int, work: float | None = None,
                  eta_s: float | None = None, publish: Publish | None = None,
-                 slots: int = 1, clock: Callable[[], float] = time.monotonic):
+                 slots: int = 1, clock: Callable[[], float] = time.monotonic,
+                 live: bool = True):
         self.console, self.stage, self.total = console, stage, int(total)
         self.slots = max(1, int(slots))
         self.work = float(work) if work is not None else float(total)
@@ -54,7 +57,7 @@ class StageProgress:
         self.first_eta, self.publish, self.clock = eta_s, publish, clock
         self.t0 = clock()
         self._live = (Live(Text(""), console=console, transient=True, refresh_per_second=4)
-                      if console.is_terminal else None)
+                      if console.is_terminal and live else None)
         if self._live is not None:
             self._live.start()
         self._show("")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,6 +264,8 @@ def run_main_job(
 
     console = console or Console()
     t0 = time.perf_counter()
+    beside: _Beside | None = None  # the refit on a thread beside the compression
+    lock = threading.Lock()  # Ray's stop against the stage metrics published meanwhile
     if resume:
         line = cluster.stop_leftover(run_dir)
         if line:
@@ -331,17 +334,33 @@ def run_main_job(
             eta_s=budget.cv_s(cands, folds, top_k) if cands else None), load=CVResult.from_dict)
         if cv.pareto:
             print_front(console, cv.pareto)
-        held: dict = {}  # the compression teacher trained beside the refit (not saved)
-        refit = stages.run("refit", lambda: _refit(exp, dataset, splits, cv, result, run_dir,
-                                                   console, publish, budget, held))
+        # The compression teacher: the winner's own sweep trial when it can be. Then the
+        # refit (a Ray task) runs on a thread beside the compression (in this process, on
+        # the other slot's core) and Ray stops after it; else the teacher trains beside
+        # the refit and the compression follows.
+        winner = cv.winner_candidate
+        won = next((t for t in result.trials if t.trial_id == winner.trial_id), None)
+        teach = exp.compression.enabled and bool(exp.compression.stages)
+        # a data-parallel trial's checkpoint may hold FSDP shards: its teacher is retrained
+        own = _trial_teacher(won, winner.config) if teach and not exp.resources.distributed \
+            else None
+        held: dict = {"teacher": own} if own else {}
+        done_before = resume and any(stages.saved(n) for n in ("refit", "compression"))
+        if own and not done_before and admission.max_concurrent >= 2:
+            beside = _Beside(
+                lambda: stages.run("refit", lambda: _refit(
+                    exp, dataset, splits, cv, result, run_dir, console, publish, budget,
+                    held, alone=False, live=False)),
+                then=lambda: _stop_ray(handle, run_dir, lock))
+        else:
+            refit = stages.run("refit", lambda: _refit(exp, dataset, splits, cv, result,
+                                                       run_dir, console, publish, budget,
+                                                       held, teacher=teach and not own))
     finally:
-        cluster.shutdown(handle)
-        if handle.started:
-            cluster.forget_instance(run_dir)
-    winner = cv.winner_candidate
+        if beside is None:
+            _stop_ray(handle, run_dir, lock)
     from automl.compress.job import compress_step  # the spec's chain, on the winner
 
-    won = next((t for t in result.trials if t.trial_id == winner.trial_id), None)
     wc = candidate_of(won.history, won.target_epochs, len(splits.train)) if won else None
     comp_exp = exp
     if wc is not None:
@@ -349,11 +368,16 @@ def run_main_job(
         comp_exp = exp.model_copy(update={"compression": budget.fit_compression(wc)})
         for line in budget.notes[notes:]:
             console.print(line, highlight=False)
-    stages.run("compression", lambda: compress_step(
-        comp_exp, dataset, splits, run_dir, console=console, publish=publish,
-        eta_s=budget.compression_s(wc, comp_exp.compression) if wc else None,
-        teacher_fit=held.get("teacher"),
-        cv_accuracy=(winner.summary.get("accuracy") or {}).get("mean")) or {})
+    try:
+        stages.run("compression", lambda: compress_step(
+            comp_exp, dataset, splits, run_dir, console=console,
+            publish=_while_up(publish, lock),
+            eta_s=budget.compression_s(wc, comp_exp.compression) if wc else None,
+            teacher_fit=held.get("teacher"), winner_ready=beside and beside.wait,
+            cv_accuracy=(winner.summary.get("accuracy") or {}).get("mean")) or {})
+    finally:
+        if beside is not None:  # the refit's result (or its error), Ray stopped after it
+            refit = beside.result()
     from automl.publish import publish as publish_run
 
     summary = compose_summary(exp, run_dir, data_info)
@@ -386,6 +410,74 @@ def _stage_publisher(sinks):
         if isinstance(m, SweepMetrics):
             return m.publish_stage
     return None
+
+
+def _stop_ray(handle, run_dir: Path, lock: threading.Lock) -> None:
+    """Stop the Ray instance this process started (and forget it in ``run_dir``)."""
+    from automl import cluster
+
+    with lock:
+        cluster.shutdown(handle)
+    if handle.started:
+        cluster.forget_instance(run_dir)
+
+
+def _while_up(publish, lock: threading.Lock):
+    """``publish`` (stage metrics), called only while this process's Ray is up: the refit
+    thread stops Ray under ``lock`` while the compression publishes."""
+    if publish is None:
+        return None
+
+    def guarded(*args) -> None:
+        import ray
+
+        with lock:
+            if ray.is_initialized():
+                publish(*args)
+    return guarded
+
+
+class RefitFailed(BaseException):
+    """Raised in the compression by :meth:`_Beside.wait` when the refit beside it failed:
+    a ``BaseException`` so that the compression stage does not record it as its own
+    failure (and is not saved); the refit's own error is raised after it."""
+
+
+class _Beside:
+    """``fn()`` on a thread, then ``then()`` whatever happened (the main job's refit, then
+    Ray's stop). :meth:`wait` returns once ``fn`` ended; :meth:`result` once both did."""
+
+    def __init__(self, fn, then):
+        self._ended = threading.Event()
+        self._out, self._err = None, None
+
+        def run() -> None:
+            try:
+                self._out = fn()
+            except BaseException as e:  # noqa: BLE001 - handed to result()
+                self._err = e
+            finally:
+                self._ended.set()
+                then()
+
+        self._thread = threading.Thread(target=run, daemon=True, name="automl-refit")
+        self._thread.start()
+
+    def wait(self) -> None:
+        """Until ``fn`` ended (bounded by the refit's own ``selection.timeout_s``).
+
+        Raises:
+            RefitFailed: ``fn`` raised (its error comes from :meth:`result`)."""
+        self._ended.wait()
+        if self._err is not None:
+            raise RefitFailed("the refit failed") from self._err
+
+    def result(self):
+        """``fn``'s result once ``then`` has run too; raises what ``fn`` raised."""
+        self._thread.join()
+        if self._err is not None:
+            raise self._err
+        return self._out
 
 
 def _search(exp, prepared: Prepared, run_dir: Path, admission, console, sinks,
@@ -463,12 +555,15 @@ def _trial_teacher(trial, config: dict) -> dict | None:
 
 
 def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path, console=None,
-           publish=None, budget: JobBudget | None = None, held: dict | None = None) -> dict:
+           publish=None, budget: JobBudget | None = None, held: dict | None = None, *,
+           teacher: bool = False, alone: bool = True, live: bool = True) -> dict:
     """The refit stage: the CV winner retrained on train + validation rows and scored once
-    on the test split (with compression on, the chain's teacher trains beside it, into
-    ``held["teacher"]``). Writes ``best/model.pt`` (with tabular data also
-    ``best/preprocessor.skops``), ``confusion_matrix.json`` and ``reproducibility.json``;
-    returns the ``winner``, ``test`` and ``confusion_matrix`` sections of the summary."""
+    on the test split (with ``teacher``, the compression chain's teacher trains beside it,
+    into ``held["teacher"]``; ``alone=False``: it holds one slot, not both, since the
+    compression runs beside it; ``live=False``: line-per-step progress). Writes
+    ``best/model.pt`` (with tabular data also ``best/preprocessor.skops``),
+    ``confusion_matrix.json`` and ``reproducibility.json``; returns the ``winner``,
+    ``test`` and ``confusion_matrix`` sections of the summary."""
     import torch
 
     from automl.data import PREPROCESSOR_FILE, save_preprocessor
@@ -479,14 +574,11 @@ def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path, console=
     wc = candidate_of(won.history, won.target_epochs, len(splits.train)) if won else None
     with StageProgress(console or Console(quiet=True), "refit", 1,
                        eta_s=budget.refit_s(wc) if budget and wc else None,
-                       publish=publish) as bar:
-        teach = exp.compression.enabled and bool(exp.compression.stages) and held is not None
-        # a data-parallel trial's checkpoint may hold FSDP shards: its teacher is retrained
-        own = _trial_teacher(won, winner.config) if teach and not exp.resources.distributed \
-            else None
-        final = refit_and_test(exp, dataset, splits, winner.config, teacher=teach and not own)
-        if teach:
-            held["teacher"] = own or final["teacher"]
+                       publish=publish, live=live) as bar:
+        final = refit_and_test(exp, dataset, splits, winner.config,
+                               teacher=teacher and held is not None, alone=alone)
+        if teacher and held is not None:
+            held["teacher"] = final["teacher"]
         bar.step(f"trial {winner.trial_id} on {len(splits.pool)} rows, "
                  f"test accuracy {final['test']['accuracy']:.4f}")
     dst = run_dir / "best" / "model.pt"

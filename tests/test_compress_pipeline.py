@@ -19,7 +19,7 @@ import automl.compress as comp
 from automl.cli import app
 from automl.compress import job
 from automl.data import fit_transform, load_dataset, split_indices
-from automl.errors import SpecError
+from automl.errors import RunError, SpecError
 from automl.pipeline import choose_run_dir, run_main_job
 from automl.registry import CHECKPOINT, Registry
 from automl.space import TrialConfig
@@ -344,6 +344,36 @@ def test_main_job_ends_with_the_chain_and_registers_kept_models(ray_cluster, tmp
     assert section["teacher_from"] == f"from trial {trial['trial_id']}'s epoch-3 checkpoint"
     assert section["teacher"]["val_accuracy"] == pytest.approx(
         trial["history"][-1]["val_accuracy"], abs=1e-9)
+    # so the refit ran beside the chain, on one slot (the chain held the other core), and
+    # the chain read best/model.pt once the refit had written it
+    assert "refit_wait_s" in section["timing_s"]
+    env = json.loads((run_dir / "reproducibility.json").read_text())["environment"]
+    assert env["threads"]["intra_op"] == int(exp.resources.cpus_per_worker) == 1
+
+
+def test_a_refit_that_fails_beside_the_chain_fails_the_job_and_saves_no_compression(
+        ray_cluster, tmp_path, monkeypatch):
+    import automl.selection
+
+    alone = []
+
+    def broken(*args, **kwargs):
+        alone.append(kwargs.get("alone"))
+        raise RunError("training trial 0 on fold all failed: out of memory", where="selection")
+
+    monkeypatch.setattr(automl.selection, "refit_and_test", broken)
+    text = TINY.split("compression:")[0] + (
+        "compression:\n  latency_repeats: 3\n  onnx: false\n  stages:\n"
+        "    - {stage: quantize, method: dynamic, max_accuracy_drop: 1}\n")
+    exp = load_spec(write_spec(tmp_path, text.replace("num_samples: 2", "num_samples: 1")))
+    run_dir = choose_run_dir(exp, str(tmp_path / "runs"), None)
+    with pytest.raises(RunError, match="out of memory"):  # the refit's error, not the chain's
+        run_main_job(exp, run_dir, console=Console(quiet=True))
+    assert alone == [False]  # it ran beside the chain (the teacher is the trial's)
+    stages = {p.stem for p in (run_dir / "stages").glob("*.json")}
+    assert stages == {"search", "cv"}  # a resume runs the refit and the chain again
+    assert not (run_dir / "compression" / "chain.json").exists()
+    assert not (run_dir / "summary.json").exists()
 
 
 def test_automl_compress_without_a_chain_asks_for_one(finished, tmp_path):
@@ -374,3 +404,23 @@ def test_console_table_shows_non_zero_parameters_only_when_pruning_left_zeros():
                                         "out_dir": "x"})
         text = console.export_text()
         assert ("non-zero" in text) is shown and ("85,402" in text) is shown, text
+
+
+def test_the_refit_thread_hands_over_its_result_or_its_error_and_always_stops_ray():
+    from automl.pipeline import RefitFailed, _Beside
+
+    stopped = []
+    ok = _Beside(lambda: {"test": 1}, then=lambda: stopped.append("ok"))
+    ok.wait()
+    assert ok.result() == {"test": 1} and stopped == ["ok"]
+
+    def fail():
+        raise RunError("refit failed", where="selection")
+
+    bad = _Beside(fail, then=lambda: stopped.append("bad"))
+    with pytest.raises(RefitFailed):  # what the chain sees: not an error of its own
+        bad.wait()
+    assert not isinstance(RefitFailed("x"), Exception)  # compress_step does not record it
+    with pytest.raises(RunError, match="refit failed"):
+        bad.result()
+    assert stopped == ["ok", "bad"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,8 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
                     cv_accuracy: float | None = None,
                     console: Console | None = None, publish=None,
                     eta_s: float | None = None,
-                    teacher_fit: dict | None = None) -> dict[str, Any]:
+                    teacher_fit: dict | None = None,
+                    winner_ready: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run ``exp.compression`` on the run's winner (module docstring) and print the table.
 
     Args:
@@ -71,6 +73,10 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
             the winner's config on the train rows, e.g. beside the refit, or the winner's
             own sweep trial's last checkpoint, ``{"checkpoint", "source"}``); trained here
             when None or of another config.
+        winner_ready: the refit still runs (the main job's refit beside this stage):
+            ``best/model.pt`` is read only once this returns (it raises when the refit
+            failed), after the chain; the chain's configuration comes from
+            ``teacher_fit``, which is then required.
 
     Runs in this process with ``exp.resources.cpus_per_worker`` torch threads (restored
     afterwards); trains on ``compression.device``; latency is measured on the CPU with
@@ -105,7 +111,13 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
     # free cores thrash in OpenMP spin-waits on a shared machine)
     threads = max(1, int(exp.resources.cpus_per_worker))
     run_dir = Path(run_dir)
-    winner, ckpt = load_checkpoint(run_dir / "best" / "model.pt")
+    if winner_ready is None:
+        winner, ckpt = load_checkpoint(run_dir / "best" / "model.pt")
+    elif teacher_fit is None:
+        raise ValueError("compress_winner: winner_ready needs teacher_fit (the chain's "
+                         "configuration before the refit ends)")
+    else:
+        ckpt = teacher_fit["checkpoint"]
     cfg = TrialConfig.from_dict(ckpt["config"])
     console.print(f"compress {len(comp.stages)} stage(s): "
                   f"{' -> '.join(s.stage for s in comp.stages)}; teacher: {TEACHER_SOURCE}; "
@@ -140,6 +152,13 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
             chain = run_chain(teacher, comp.chain(), ctx, on_stage=lambda name, status: (
                 bar.step(f"{name} {status}", work=cost.get(name, 0.0))))
             timing["chain_s"] = round(time.perf_counter() - t0 - sum(timing.values()), 2)
+            if winner_ready is not None:  # the refit beside the chain: its model, once done
+                t1 = time.perf_counter()
+                winner_ready()
+                winner, wckpt = load_checkpoint(run_dir / "best" / "model.pt")
+                if wckpt["config"] != ckpt["config"]:
+                    raise ValueError("best/model.pt is not of the teacher's configuration")
+                timing["refit_wait_s"] = round(time.perf_counter() - t1, 2)
             # the deployed winner, preprocessed as it was trained (fitted on train + val)
             _, val_w, test_w = fit_transform(dataset, splits.pool, splits.val, splits.test,
                                              impute=exp.data.impute)
@@ -178,7 +197,8 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
 
 def compress_step(exp, dataset, splits, run_dir: str | Path, *, cv_accuracy: float | None,
                   console: Console, publish=None, eta_s: float | None = None,
-                  teacher_fit: dict | None = None) -> dict[str, Any] | None:
+                  teacher_fit: dict | None = None,
+                  winner_ready: Callable[[], None] | None = None) -> dict[str, Any] | None:
     """The main job's compression stage: ``compress_winner`` when ``exp.compression`` is
     enabled, else None. An unexpected error is reported and returned as ``{"status":
     "failed", "error"}`` instead of raised: the search and selection results stand."""
@@ -187,7 +207,7 @@ def compress_step(exp, dataset, splits, run_dir: str | Path, *, cv_accuracy: flo
     try:
         return compress_winner(exp, dataset, splits, run_dir, cv_accuracy=cv_accuracy,
                                console=console, publish=publish, eta_s=eta_s,
-                               teacher_fit=teacher_fit)
+                               teacher_fit=teacher_fit, winner_ready=winner_ready)
     except Exception as e:  # stage errors are recorded in the chain; this is anything else
         error = f"{type(e).__name__}: {str(e)[:300]}"
         console.print(f"warning: compression failed: {error}", style="yellow", highlight=False)

@@ -410,7 +410,7 @@ def _compute(results: dict, wall: float) -> dict:
 
 def refit_and_test(
     exp: Experiment, data: Dataset, splits: Splits, config: dict, *, admission=None,
-    teacher: bool = False,
+    teacher: bool = False, alone: bool = True,
 ) -> dict:
     """Retrain ``config`` on every training row (``splits.pool``: train + validation,
     preprocessing fitted there) as one Ray task and score it once on ``splits.test``.
@@ -422,7 +422,8 @@ def refit_and_test(
     ``["teacher"]``. Without ``teacher``, on the CPU, the lone refit holds two workers'
     CPUs (and torch threads) when admission runs two trials at once: a 170k-parameter
     ResNet's refit on digits took 8.1-8.9 s on 2 threads against 12.1-12.5 s on 1 (2-core
-    machine, idle).
+    machine, idle). ``alone=False``: it holds one worker's, as a fold does (the main job
+    compresses in the driver beside it).
 
     Returns:
         ``{"checkpoint": dict (``TrainState.checkpoint`` format), "preprocessor": the
@@ -443,7 +444,7 @@ def refit_and_test(
     rows = {("refit", "all"): (splits.pool, splits.test)}
     if teacher:
         rows[("teacher", "train")] = (splits.train, splits.val)
-    wide = (not teacher and admission.max_concurrent >= 2 and not exp.resources.gpus_per_worker
+    wide = (alone and not teacher and admission.max_concurrent >= 2 and not exp.resources.gpus_per_worker
             and not exp.resources.distributed and _fits_on_a_node(2 * exp.resources.cpus_per_worker))
     done = _run_tasks(ray.put(data), AllOf(rows), lambda k: (config, *rows[k]),
                       resources=exp.resources, limit=min(len(rows), admission.max_concurrent),
