@@ -8,7 +8,6 @@ import hashlib
 import importlib.metadata
 import os
 import platform
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,32 +28,13 @@ def deterministic() -> Iterator[None]:
               torch.is_deterministic_algorithms_warn_only_enabled(),
               torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
-    _use_deterministic(True, warn_only=True)
+    torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     try:
         yield
     finally:
-        _use_deterministic(before[0], warn_only=before[1])
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2:]
-
-
-def _use_deterministic(mode: bool, *, warn_only: bool) -> None:
-    """``torch.use_deterministic_algorithms``, without importing ``torch._inductor``.
-
-    torch 2.13's function imports ``torch._inductor.config`` (which imports
-    ``torch._dynamo``: 1.0 s on a 2-core AMD EPYC, 2.4 s under a profiler) only to copy the
-    flag there for ``torch.compile``, and every new Ray worker that runs a fold training
-    paid that at the start of cross-validation. Nothing here compiles, so unless inductor
-    is already loaded (then the public call keeps it in step) the flag is set where the
-    public function sets it for eager kernels, ``torch._C._set_deterministic_algorithms``
-    (a private binding: with a torch that lacks it, the public call is used)."""
-    import torch
-
-    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
-    if setter is None or "torch._inductor.config" in sys.modules:
-        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
-    else:
-        setter(mode, warn_only=warn_only)
 
 
 def _version(name: str) -> str | None:

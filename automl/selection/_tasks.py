@@ -87,8 +87,9 @@ def fit_and_score(
 
 
 def warm_up() -> int:
-    """Import what :func:`fit_and_score` runs on (torch, the models, the training loop),
-    so that a Ray worker that ran this starts its first fold
+    """Import what :func:`fit_and_score` runs on (torch, the models, the training loop,
+    and the ``torch._inductor`` config that ``torch.use_deterministic_algorithms``
+    imports: 1.1 s of its own), so that a Ray worker that ran this starts its first fold
     training without the 4-5 s of imports a new worker pays (measured on a 2-core CPU
     machine). Returns the worker's process id."""
     import os
