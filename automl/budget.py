@@ -101,8 +101,8 @@ class JobBudget:
         return _parallel(jobs, self.slots)
 
     def refit_s(self, winner: Candidate) -> float:
-        """The refit on the pool rows (the compression teacher trains beside it on fewer
-        rows, in another slot)."""
+        """The refit on the pool rows (when the compression teacher must be trained, it
+        trains beside the refit on fewer rows, in another slot)."""
         return winner.epochs * self.pool_rows * winner.s_per_row_epoch + TASK_S
 
     def compression_s(self, winner: Candidate, comp=None) -> float:
@@ -121,6 +121,23 @@ class JobBudget:
         return (epochs * self.train_rows * winner.s_per_row_epoch
                 + STAGE_S * (len(comp.stages) + 2))
 
+    @property
+    def refit_beside_compression(self) -> bool:
+        """Whether the main job runs the refit beside the compression chain (one slot each;
+        ``automl.pipeline.run_main_job``): compression on, two slots, not data-parallel.
+        It also needs the winner's own trial as the teacher, which the sweep's top trials
+        almost always are (they ran all their epochs); when not, the chain follows the
+        refit and shrinks to what is left (:meth:`fit_compression`)."""
+        comp = self.exp.compression
+        return (comp.enabled and bool(comp.stages) and self.slots >= 2
+                and not self.exp.resources.distributed)
+
+    def after_cv_s(self, winner: Candidate) -> float:
+        """The refit and the compression: the longer of the two when they run side by
+        side, else their sum (no :data:`SAFETY`)."""
+        refit, comp = self.refit_s(winner), self.compression_s(winner)
+        return max(refit, comp) if self.refit_beside_compression else refit + comp
+
     def later_s(self, cands: Sequence[Candidate]) -> float:
         """Estimated seconds of everything after the sweep, :data:`SAFETY` included."""
         if not cands:
@@ -129,7 +146,7 @@ class JobBudget:
         parts = {"cv": self.cv_s(cands), "refit": self.refit_s(w),
                  "compression": self.compression_s(w), "publish": PUBLISH_S}
         self.estimates = {k: round(v * SAFETY, 1) for k, v in parts.items()}
-        return sum(parts.values()) * SAFETY
+        return (parts["cv"] + self.after_cv_s(w) + PUBLISH_S) * SAFETY
 
     def search_over(self, cands: Sequence[Candidate]) -> bool:
         """Whether the sweep must end now for the later stages to fit the budget."""
@@ -148,7 +165,7 @@ class JobBudget:
         top_k, folds = min(sel.top_k, len(cands)), sel.cv_folds
         if self.budget_s is None or not cands:
             return top_k, folds
-        rest = (self.refit_s(cands[0]) + self.compression_s(cands[0]) + PUBLISH_S) * SAFETY
+        rest = (self.after_cv_s(cands[0]) + PUBLISH_S) * SAFETY
         room = self.left_s - rest
         before = (top_k, folds)
         while self.cv_s(cands, folds, top_k) * SAFETY > room and (top_k > 2 or folds > 2):

@@ -178,3 +178,18 @@ def test_sweep_eta_runs_each_trial_on_its_own_brackets_rungs():
     assert eta == pytest.approx(in_b1 + new)
     # one bracket (the default argument): the same trial would be judged at 3 only, too
     assert sweep_eta(running, 3, **kw) == pytest.approx(in_b1 + 1 + 0.5 * 2 + 0.25 * 6)
+
+
+def test_the_refit_beside_the_chain_counts_once_in_the_later_stages():
+    stages = [{"stage": "prune", "fine_tune_epochs": 20}]
+    w = Candidate(10, 1e-3)
+    on = _budget({"budget_s": 100, "compression": {"enabled": True, "stages": stages}}, [0.0])
+    assert on.refit_beside_compression
+    refit, comp = on.refit_s(w), on.compression_s(w)
+    assert on.after_cv_s(w) == pytest.approx(max(refit, comp))
+    assert on.later_s([w]) == pytest.approx((on.cv_s([w]) + max(refit, comp) + 3.0) * 1.15)
+    one_slot = JobBudget(on.exp, train_rows=1000, pool_rows=1400, slots=1, t0=0.0)
+    assert not one_slot.refit_beside_compression
+    assert one_slot.after_cv_s(w) == pytest.approx(refit + comp)
+    off = _budget({"budget_s": 100, "compression": {"enabled": False}}, [0.0])
+    assert not off.refit_beside_compression and off.after_cv_s(w) == pytest.approx(refit)
