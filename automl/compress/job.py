@@ -121,7 +121,9 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
     cfg = TrialConfig.from_dict(ckpt["config"])
     console.print(f"compress {len(comp.stages)} stage(s): "
                   f"{' -> '.join(s.stage for s in comp.stages)}; teacher: {TEACHER_SOURCE}; "
-                  f"{threads} thread(s)", highlight=False)
+                  f"{threads} thread(s)"
+                  + ("; the refit trains beside it" if winner_ready is not None else ""),
+                  highlight=False)
     work = stage_work(comp)
     cost = dict(work)
     bar = StageProgress(console, "compress", 3 + len(work),
