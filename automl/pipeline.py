@@ -346,7 +346,8 @@ def run_main_job(
             else None
         held: dict = {"teacher": own} if own else {}
         done_before = resume and any(stages.saved(n) for n in ("refit", "compression"))
-        if own and not done_before and admission.max_concurrent >= 2:
+        # one rule with the budget's estimate: compression on, two slots, not data-parallel
+        if own and not done_before and budget.refit_beside_compression:
             beside = _Beside(
                 lambda: stages.run("refit", lambda: _refit(
                     exp, dataset, splits, cv, result, run_dir, console, publish, budget,
