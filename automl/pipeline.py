@@ -31,6 +31,9 @@ from automl.spec import KIND_WORDS, Experiment, kind_mismatch
 
 #: the folder of a run directory that holds each finished stage's result
 STAGES = "stages"
+#: seconds the compression waits at most for the import warm-up started before Ray
+#: (automl.compress._warm; 1.4-1.5 s measured): it is correct without it, only slower
+WARM_JOIN_S = 60.0
 
 
 def choose_run_dir(exp: Experiment, output: str | None, name: str | None) -> Path:
@@ -277,6 +280,10 @@ def run_main_job(
     stages = Stages(run_dir, resume, console)
     console.print("ray    connecting to the cluster..." if address else
                   "ray    starting a local instance...", highlight=False)
+    # the compression's first-call imports, while ray.init leaves the cores half idle
+    from automl.compress._warm import modules_for, warm_up
+
+    warmer = warm_up(modules_for(exp.compression))
     handle = cluster.connect(address, exp.resources.num_cpus, exp.resources.object_store_mb,
                              dashboard_host=dashboard_host, dashboard_port=dashboard_port,
                              metrics_export_port=metrics_port)
@@ -369,6 +376,8 @@ def run_main_job(
         comp_exp = exp.model_copy(update={"compression": budget.fit_compression(wc)})
         for line in budget.notes[notes:]:
             console.print(line, highlight=False)
+    if warmer is not None:  # done long before, in a run of any length: bounded anyway
+        warmer.join(timeout=WARM_JOIN_S)
     try:
         stages.run("compression", lambda: compress_step(
             comp_exp, dataset, splits, run_dir, console=console,

@@ -319,7 +319,18 @@ def test_automl_compress_on_an_unfinished_run_exits_2(tmp_path, missing):
 
 # --------------------------------------------------------------------------- the main job
 @pytest.mark.e2e
-def test_main_job_ends_with_the_chain_and_registers_kept_models(ray_cluster, tmp_path):
+def test_main_job_ends_with_the_chain_and_registers_kept_models(ray_cluster, tmp_path,
+                                                                 monkeypatch):
+    from automl.compress import _warm
+
+    warmers = []
+
+    def recorded(modules):
+        warmers.append(_warm.ImportWarmer(modules))
+        warmers[-1].start()
+        return warmers[-1]
+
+    monkeypatch.setattr(_warm, "warm_up", recorded)
     text = TINY.split("compression:")[0] + (
         "compression:\n  latency_repeats: 3\n  stages:\n"
         "    - {stage: quantize, method: static, calibration_batches: 2, max_accuracy_drop: 1}\n")
@@ -349,6 +360,11 @@ def test_main_job_ends_with_the_chain_and_registers_kept_models(ray_cluster, tmp
     assert "refit_wait_s" in section["timing_s"]
     env = json.loads((run_dir / "reproducibility.json").read_text())["environment"]
     assert env["threads"]["intra_op"] == int(exp.resources.cpus_per_worker) == 1
+    # the chain's first-call imports were warmed up beside Ray's start, and had ended
+    [warmer] = warmers
+    assert warmer.modules == _warm.BASE + _warm.ONNX + _warm.QUANTIZE
+    assert warmer.imported == list(warmer.modules) and warmer.error is None
+    assert not warmer.is_alive()
 
 
 def test_a_refit_that_fails_beside_the_chain_fails_the_job_and_saves_no_compression(
