@@ -341,15 +341,53 @@ def hv_curve(done, lo, hi, budget: int) -> list[float]:
     return out
 
 
-def compare(p: Problem, seeds: int, budget_full: int, methods: list[str]):
-    """Run every method on ``p`` for ``seeds`` seeds; (tables, goals, data, wall seconds)."""
+def _run(p: Problem, m: str, seed: int, budget: int) -> list[tuple[int, float, float]]:
+    return run_syne_tune(p, seed, budget) if m == "syne_tune_moasha" else \
+        run_core(p, m, seed, budget)
+
+
+_PROBLEM: dict[str, Problem] = {}  # one per worker process (parallel compare)
+
+
+def _run_in_worker(make: Callable[[], Problem], m: str, seed: int,
+                   budget: int) -> list[tuple[int, float, float]]:
+    """:func:`_run` in a worker process of :func:`compare`, on the problem ``make()``
+    built once per process (the digits problem holds its data and the trial's model)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    key = getattr(make, "__name__", repr(make))
+    if key not in _PROBLEM:
+        _PROBLEM[key] = make()
+    return _run(_PROBLEM[key], m, seed, budget)
+
+
+def compare(p: Problem, seeds: int, budget_full: int, methods: list[str], *,
+            workers: int = 1, make: Callable[[], Problem] | None = None):
+    """Run every method on ``p`` for ``seeds`` seeds; (tables, goals, data, wall seconds).
+
+    With ``workers`` > 1 the (method, seed) runs go to that many processes (spawned), each
+    building its problem with ``make`` (a module-level function, required then); the runs
+    are independent and deterministic in their seed, so only the wall time changes, and a
+    measured objective (the digits problem's latency) is taken beside another run."""
     budget = budget_full * p.max_t
     runs: dict[str, list] = {m: [] for m in methods}
     t0 = time.perf_counter()
-    for seed in range(seeds):
-        for m in methods:
-            runs[m].append(run_syne_tune(p, seed, budget) if m == "syne_tune_moasha"
-                           else run_core(p, m, seed, budget))
+    jobs = [(m, seed) for seed in range(seeds) for m in methods]
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if make is None:
+            raise ValueError("compare: workers > 1 needs make, the problem's factory")
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+            futures = {job: ex.submit(_run_in_worker, make, job[0], job[1], budget)
+                       for job in jobs}
+            for m, seed in jobs:
+                runs[m].append(futures[(m, seed)].result())
+    else:
+        for m, seed in jobs:
+            runs[m].append(_run(p, m, seed, budget))
     wall = round(time.perf_counter() - t0, 1)
     allpts = np.array([(-a, math.log10(c)) for m in methods for r in runs[m] for _, a, c in r])
     lo, hi = allpts.min(axis=0), allpts.max(axis=0)
