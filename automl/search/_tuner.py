@@ -42,6 +42,7 @@ from automl.search._objectives import Objectives
 from automl.search._policy import make_policy
 from automl.search._result import FAILED, SearchResult, TrialRecord
 from automl.search._sampler import make_sampler
+from automl.search._storage import SoleWriterStorage
 from automl.search._study import StudySearch
 from automl.search._trainable import DataRef, TrialData, run_trial
 from automl.space import TrialConfig, define_by_run, describe, enumerate_params
@@ -88,9 +89,10 @@ def make_search(exp: Experiment, run_dir: Path) -> StudySearch:
     """The sweep's :class:`StudySearch`: the spec's sampler over its define-by-run space,
     study ``exp.name`` in ``<run_dir>/study.db``, ``search.num_samples`` trials. The sampler
     is seeded with ``search.seed`` plus the trials the study already holds (0 unless
-    resumed or warm-started)."""
+    resumed or warm-started). The driver is the study's only writer during the sweep,
+    so its reads are answered from memory (:class:`SoleWriterStorage`)."""
     return StudySearch(
-        define_by_run(exp), study_storage(run_dir), exp.name,
+        define_by_run(exp), SoleWriterStorage(study_storage(run_dir)), exp.name,
         lambda held: make_sampler(exp.search, seed=exp.search.seed + held),
         Objectives.of(exp.search).mode, exp.search.num_samples, size=describe(exp)["size"],
         enumerate_space=lambda: enumerate_params(exp), seed=exp.search.seed,
