@@ -217,3 +217,13 @@ def test_multi_objective_quick_gives_hypervolume_curves():
             assert all(0.0 <= v <= 1.1 ** 2 for v in curve), (method, curve)
             assert curve == sorted(curve), (method, curve)  # more budget never loses volume
         assert result.data[name]["curves"]["ours"][0][-1] > 0
+
+
+def test_study_ask_quick_times_three_storages_on_the_same_proposals():
+    from benchmarks import study_ask
+
+    result = study_ask.run(True, {})
+    assert result.status == "ok" and result.data["same_proposals"] is True
+    rows = {r[0]: r for r in result.tables[0].rows}
+    assert set(rows) == set(study_ask.STORAGES)
+    assert all(r[1] > 0 and r[4] >= 0 and r[5] > 0 for r in rows.values())  # ask, report, end
