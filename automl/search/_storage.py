@@ -53,11 +53,6 @@ class SoleWriterStorage(BaseStorage):
         self._stale: set[int] = set()
         self._lock = threading.RLock()
 
-    @property
-    def backend(self) -> BaseStorage:
-        """The durable storage every write goes to."""
-        return self._backend
-
     # -- the trials held in memory ----------------------------------------------------------
     def _study(self, study_id: int) -> dict[int, FrozenTrial]:
         if study_id not in self._trials:
