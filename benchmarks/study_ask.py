@@ -49,15 +49,13 @@ def sweep(kind: str, trials: int, seed: int = 0) -> dict:
     and the configurations asked, in order."""
     import optuna
 
-    from automl.search import StudySearch, make_sampler
-    from automl.space import define_by_run
+    from automl.search._tuner import make_search
     from automl.spec import load_spec
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     exp = load_spec(SPEC, {"search.num_samples": trials, "search.seed": seed})
     run_dir = Path(tempfile.mkdtemp(prefix="bench-study-ask-"))
-    search = StudySearch(define_by_run(exp), _storage(kind, run_dir), exp.name,
-                         lambda held: make_sampler(exp.search, seed=seed + held), "max", trials)
+    search = make_search(exp, run_dir, storage=_storage(kind, run_dir))
     rng = random.Random(seed)
     asks, reports, ends, asked, running = [], [], [], [], []
     for _ in range(trials):

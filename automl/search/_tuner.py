@@ -85,14 +85,17 @@ def study_storage(run_dir: Path) -> optuna.storages.RDBStorage:
         engine_kwargs={"connect_args": {"timeout": STUDY_BUSY_TIMEOUT_S}})
 
 
-def make_search(exp: Experiment, run_dir: Path) -> StudySearch:
+def make_search(exp: Experiment, run_dir: Path, storage=None) -> StudySearch:
     """The sweep's :class:`StudySearch`: the spec's sampler over its define-by-run space,
     study ``exp.name`` in ``<run_dir>/study.db``, ``search.num_samples`` trials. The sampler
     is seeded with ``search.seed`` plus the trials the study already holds (0 unless
     resumed or warm-started). The driver is the study's only writer during the sweep,
-    so its reads are answered from memory (:class:`SoleWriterStorage`)."""
+    so its reads are answered from memory (:class:`SoleWriterStorage`); ``storage``
+    replaces that storage (``benchmarks/study_ask.py`` compares others)."""
+    if storage is None:
+        storage = SoleWriterStorage(study_storage(run_dir))
     return StudySearch(
-        define_by_run(exp), SoleWriterStorage(study_storage(run_dir)), exp.name,
+        define_by_run(exp), storage, exp.name,
         lambda held: make_sampler(exp.search, seed=exp.search.seed + held),
         Objectives.of(exp.search).mode, exp.search.num_samples, size=describe(exp)["size"],
         enumerate_space=lambda: enumerate_params(exp), seed=exp.search.seed,
