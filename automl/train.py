@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import f1_score
 from torch import nn
 
 from automl.models import build_model
@@ -224,7 +223,7 @@ def predict(model: nn.Module, X: torch.Tensor, batch_size: int = 1024) -> torch.
 def evaluate(
     model: nn.Module, X: torch.Tensor, y: torch.Tensor, shard: Shard = Shard()
 ) -> dict[str, float]:
-    """Cross-entropy loss, accuracy and macro F1 (scikit-learn) of ``model`` on ``(X, y)``.
+    """Cross-entropy loss, accuracy and macro F1 (:func:`macro_f1`) of ``model`` on ``(X, y)``.
 
     With ``shard.world > 1`` each rank scores its own slice of the rows and the
     predictions are gathered (``torch.distributed.all_gather_object``), so every rank
@@ -247,8 +246,25 @@ def evaluate(
     return {
         "loss": float(nn.functional.cross_entropy(logits, y)),
         "accuracy": float((pred == y).float().mean()),
-        "f1": float(f1_score(y.numpy(), pred.numpy(), average="macro", zero_division=0)),
+        "f1": macro_f1(y, pred),
     }
+
+
+def macro_f1(y: torch.Tensor, pred: torch.Tensor) -> float:
+    """Macro-averaged F1 of integer labels ``y`` and predictions ``pred`` (both ``(N,)``,
+    values >= 0): the mean over the labels present in either of ``2 tp / (2 tp + fp +
+    fn)``, as scikit-learn's ``f1_score(average="macro", zero_division=0)`` computes it
+    (0.0 for ``N == 0``). Here rather than scikit-learn's because it runs in every trial
+    worker: ``sklearn.metrics`` alone took 1.2 s of a trial worker's 3.9 s of imports
+    (``python -X importtime``, 2-core CPU machine)."""
+    if y.numel() == 0:
+        return 0.0
+    y, pred = y.long().reshape(-1), pred.long().reshape(-1)
+    n = int(max(int(y.max()), int(pred.max()))) + 1
+    tp = torch.bincount(y[pred == y], minlength=n).double()
+    denom = torch.bincount(y, minlength=n).double() + torch.bincount(pred, minlength=n).double()
+    present = denom > 0
+    return float((2 * tp[present] / denom[present]).mean())
 
 
 def to_tensors(X: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

@@ -78,3 +78,29 @@ def test_pickled_code_is_refused(tmp_path):
     torch.save({"format": "automl.checkpoint/1", "payload": _Evil()}, path)
     with pytest.raises(pickle.UnpicklingError):
         load_checkpoint(path)
+
+
+def test_macro_f1_is_scikit_learns_and_the_trial_path_does_not_import_it():
+    """``macro_f1`` against ``f1_score(average="macro", zero_division=0)`` on random
+    labels with absent and extra classes; and a fresh interpreter that imports the trial's
+    code (``automl.search._trainable``) does not import scikit-learn (1.2 s per worker)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    from sklearn.metrics import f1_score
+
+    from automl.train import macro_f1
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n, k = int(rng.integers(1, 80)), int(rng.integers(1, 12))
+        y, pred = rng.integers(0, k, n), rng.integers(0, k + 3, n)
+        want = f1_score(y, pred, average="macro", zero_division=0)
+        assert macro_f1(torch.tensor(y), torch.tensor(pred)) == pytest.approx(want, abs=1e-12)
+    assert macro_f1(torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long)) == 0.0
+    code = ("import sys, automl.search._trainable; "
+            "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
