@@ -107,8 +107,12 @@ def eta_cold(run_dir: Path, exp, wall: float, elapsed: float) -> float | None:
                      warm=None, brackets=policy.bracket_weights())
 
 
-def sweeps(quick: bool, out: Path) -> None:
-    """In this process: one sweep per seed, the ETA series of each to ``out``."""
+def sweeps(quick: bool, out: Path, keep: Path | None = None,
+           seeds: list[int] | None = None) -> None:
+    """In this process: one sweep per seed (``seeds``, default :data:`SEEDS`), the ETA
+    series of each to ``out``; with ``keep``, each seed's run directory and its series
+    with the Unix time of each event go to ``keep/seed<N>/`` (``run/``, ``points.json``),
+    what :mod:`benchmarks.eta_replay` reads."""
     from rich.console import Console
 
     from automl import cluster
@@ -119,8 +123,9 @@ def sweeps(quick: bool, out: Path) -> None:
     handle = cluster.connect(num_cpus=2, object_store_mb=200, dashboard_port=0)
     figures = {}
     try:
-        for seed in SEEDS[quick]:
-            work = Path(tempfile.mkdtemp(prefix=f"bench-eta-{seed}-"))
+        for seed in seeds or SEEDS[quick]:
+            work = keep / f"seed{seed}" if keep else Path(tempfile.mkdtemp(
+                prefix=f"bench-eta-{seed}-"))
             exp = make_experiment(TRIALS[quick], quick, str(work / "runs"), 2,
                                   {"search.seed": seed})
             (X_tr, y_tr), (X_val, y_val), shape, classes = load_arrays(exp)
@@ -130,6 +135,9 @@ def sweeps(quick: bool, out: Path) -> None:
                                 work / "run", cluster.admit_trials(exp.resources),
                                 Console(quiet=True), sinks=[log])
             third = at_third(log.points)
+            if keep:
+                (work / "points.json").write_text(json.dumps({"points": log.points,
+                                                              "walls": log.walls}))
             fig = {**third, "trials": len(result.trials), "points": log.points}
             if third["at_s"] is not None:  # the old overhead measure, same moment, same sweep
                 end = log.points[-1][0]
@@ -191,8 +199,12 @@ def main() -> None:
     ap.add_argument("what", choices=("sweeps",))
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep each seed's run directory and series here (benchmarks.eta_replay)")
+    ap.add_argument("--seeds", default=None, help="comma-separated search.seed values")
     args = ap.parse_args()
-    sweeps(args.quick, args.out)
+    sweeps(args.quick, args.out, args.keep,
+           [int(x) for x in args.seeds.split(",")] if args.seeds else None)
 
 
 if __name__ == "__main__":
