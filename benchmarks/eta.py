@@ -78,33 +78,18 @@ def eta_cold(run_dir: Path, exp, wall: float, elapsed: float) -> float | None:
     Raises:
         OSError: ``run_dir`` has no readable ``trials.jsonl``.
     """
-    from automl.search import make_policy
-    from automl.search._eta import TrialState, epoch_seconds, sweep_eta
+    from automl.search._eta import TrialState, sweep_eta
+    from benchmarks.eta_replay import state_at
 
-    policy = make_policy(exp)
-    trials: dict[int, list] = {}
-    rows = []
-    for line in (run_dir / "trials.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if r["time"] > wall:
-            break
-        n, event = int(r["trial_id"]), r.get("event")
-        if event == "start":
-            trials[n] = [0, int(r.get("target", 0)), False]
-        elif event == "end":
-            trials.setdefault(n, [0, 0, False])[2] = True
-        elif "epoch" in r:
-            trials[n][0] = r["epoch"]
-            rows.append(r)
-            policy.on_report(n, r["epoch"], r.get(exp.search.metric))
+    policy, trials, rows, _ = state_at(run_dir, exp, wall)
     if not rows:
         return None
-    epoch_s = epoch_seconds(rows)
-    return sweep_eta([TrialState(*t, policy.bracket_of(n)) for n, t in trials.items()],
+    return sweep_eta([TrialState(t["epoch"], t["target"], t["ended"], policy.bracket_of(n))
+                      for n, t in trials.items()],
                      exp.search.num_samples, rungs=policy.rung_epochs(),
                      passed=policy.pass_counts(), reduction_factor=policy.reduction_factor,
-                     epoch_s=epoch_s, elapsed_s=elapsed, slots=2, epochs_done=len(rows),
-                     warm=None, brackets=policy.bracket_weights())
+                     epoch_s=sum(rows) / len(rows), elapsed_s=elapsed, slots=2,
+                     epochs_done=len(rows), warm=None, brackets=policy.bracket_weights())
 
 
 def sweeps(quick: bool, out: Path, keep: Path | None = None,

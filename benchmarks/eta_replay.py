@@ -215,8 +215,9 @@ def replay(root: Path, trials: int = 40, slots: int = 2) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", type=Path, help="what `python -m benchmarks.eta sweeps --keep` kept")
+    ap.add_argument("--trials", type=int, default=40, help="trials per sweep (quick sweeps: 4)")
     args = ap.parse_args()
-    replay(args.root)
+    replay(args.root, args.trials)
 
 
 if __name__ == "__main__":
