@@ -260,7 +260,7 @@ def macro_f1(y: torch.Tensor, pred: torch.Tensor) -> float:
     if y.numel() == 0:
         return 0.0
     y, pred = y.long().reshape(-1), pred.long().reshape(-1)
-    n = int(max(int(y.max()), int(pred.max()))) + 1
+    n = max(int(y.max()), int(pred.max())) + 1
     tp = torch.bincount(y[pred == y], minlength=n).double()
     denom = torch.bincount(y, minlength=n).double() + torch.bincount(pred, minlength=n).double()
     present = denom > 0

@@ -80,7 +80,13 @@ def _features(params: dict, keys: list[str]) -> list[float]:
 
 def estimate(model: str, state, exp, t0: float, wall: float, total: int, slots: int,
              study_db: Path | None = None) -> float | None:
-    """Seconds still to go under ``model`` (module doc) at Unix time ``wall``."""
+    """Seconds still to go under ``model`` (module doc) at Unix time ``wall``, or None
+    before any epoch was reported. ``state``: :func:`state_at`'s; ``t0``: the sweep's
+    start (Unix seconds); ``study_db``: the run's ``study.db`` (``sampler`` only).
+
+    Raises:
+        ValueError: ``model`` is not one of :data:`MODELS`.
+    """
     from automl.search._eta import PRIOR, TrialState, expected_epochs, sweep_eta
 
     policy, trials, rows, starts = state
