@@ -92,6 +92,12 @@ def _search(c: CardInput) -> list[str]:
         sched += (f" (grace period {sch.get('grace_period')} epoch(s), reduction factor "
                   f"{sch.get('reduction_factor')}"
                   + (f", at most {top} epochs)" if top else ", up to each trial's epochs)"))
+        rungs = (c.summary.get("search") or {}).get("rungs") or {}
+        if rungs:
+            sched += (f"; {rungs['brackets']} bracket(s), {sch.get('cutoff', 'rank')} cutoff, "
+                      f"rungs at epochs {', '.join(map(str, rungs['rungs']))}")
+            if rungs.get("adaptive"):
+                sched += f", brackets starting at epoch {rungs['start_epoch']} at the end"
     rows = [["trials", f"{trials.get('total', '-')} of {s.get('num_samples', '-')} requested"
                        + (f" ({ended})" if ended else "")],
             ["sampler", f"{s.get('sampler', '-')} (Optuna), seed {s.get('seed', '-')}"],

@@ -189,17 +189,25 @@ def test_cli_num_samples_below_one_is_blamed_on_the_flag(tmp_path):
     assert str(path) not in proc.stderr and not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("scheduler,expected", [
-    ({}, 2),  # auto: rungs 1, 3, 9 of 10 epochs
-    ({"max_epochs": 2}, 1),  # auto: one rung (1) only
-    ({"brackets": 1}, 1),
-    ({"brackets": 3}, 3),
+@pytest.mark.parametrize("scheduler,search,expected,adaptive", [
+    ({}, {}, 2, True),  # auto: rungs 1, 3, 9 of 10 epochs, a window of 2 that adapts
+    ({"max_epochs": 2}, {}, 1, False),  # auto: one rung (1) only
+    ({"brackets": 1}, {}, 1, False),
+    ({"brackets": 2}, {}, 2, False),  # an explicit count: fixed brackets
+    ({"brackets": 3}, {}, 3, False),
+    ({}, {"objectives": [{"metric": "val_accuracy", "mode": "max"},  # MO-ASHA: fixed
+                         {"metric": "params", "mode": "min"}], "sampler": "tpe"}, 2, False),
 ])
-def test_brackets_default_to_two_when_the_rungs_allow(scheduler, expected):
+def test_brackets_default_to_two_when_the_rungs_allow(scheduler, search, expected, adaptive):
     from automl.search import make_policy
     from automl.spec import Experiment
 
     exp = Experiment.model_validate({"name": "b", "training": {"epochs": 2 if scheduler.get(
-        "max_epochs") else 10}, "scheduler": {"type": "asha", **scheduler}})
+        "max_epochs") else 10}, "scheduler": {"type": "asha", **scheduler}, "search": search})
     assert exp.bracket_count() == expected
-    assert len(make_policy(exp).brackets) == expected
+    assert exp.adaptive_brackets() is adaptive
+    policy = make_policy(exp)
+    assert policy.width == expected and policy.adaptive is adaptive
+    # fixed: the brackets that run; adaptive: one per rung, of which `expected` at once
+    assert len(policy.brackets) == (3 if adaptive else expected)
+    assert sum(w > 0 for w, _ in policy.bracket_weights()) == expected

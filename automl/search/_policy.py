@@ -11,11 +11,13 @@ def make_policy(exp: Experiment) -> RungPolicy | None:
     """ASHA (Li et al. 2020) in epochs from ``exp.scheduler`` (with
     :meth:`Experiment.bracket_count` > 1, asynchronous Hyperband, Li et al. 2018), judging
     ``search.metric`` in ``search.mode`` (with ``search.objectives``: every objective,
-    MO-ASHA, Schmucker et al. 2021) up to :attr:`Experiment.max_epochs`; None when
-    ``scheduler.type`` is ``none``."""
+    MO-ASHA, Schmucker et al. 2021) up to :attr:`Experiment.max_epochs`, its brackets'
+    start rung adapting to measured rung correlations when
+    :meth:`Experiment.adaptive_brackets`; None when ``scheduler.type`` is ``none``."""
     sch = exp.scheduler
     if sch.type == "none":
         return None
     return RungPolicy(sch.grace_period, sch.reduction_factor, exp.max_epochs,
                       mode=Objectives.of(exp.search).mode, brackets=exp.bracket_count(),
-                      seed=exp.search.seed)
+                      seed=exp.search.seed, adaptive=exp.adaptive_brackets(),
+                      cutoff=sch.cutoff)

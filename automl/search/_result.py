@@ -86,6 +86,9 @@ class SearchResult:
     exhausted: str | None = None
     objectives: list[tuple[str, str]] = field(default_factory=list)
     pareto: list[str] = field(default_factory=list)
+    #: the rung policy's :meth:`~automl.search.RungPolicy.summary` at the sweep's end (None:
+    #: no early stopping)
+    rungs: dict | None = None
 
     @property
     def multi_objective(self) -> bool:
@@ -134,6 +137,7 @@ class SearchResult:
             "exhausted": self.exhausted,
             "objectives": [list(p) for p in self.objectives],
             "pareto": list(self.pareto),
+            "rungs": self.rungs,
             "ranked": [t.trial_id for t in self.ranked],
             "trials": [t.to_dict() for t in self.trials],
         }
@@ -146,4 +150,5 @@ class SearchResult:
         return cls(d["metric"], d["mode"], trials, [by_id[i] for i in d["ranked"]],
                    float(d["wall_time_s"]), int(d["max_concurrent"]), dict(d["trial_resources"]),
                    int(d.get("duplicates", 0)), d.get("exhausted"),
-                   [tuple(p) for p in d.get("objectives", [])], list(d.get("pareto", [])))
+                   [tuple(p) for p in d.get("objectives", [])], list(d.get("pareto", [])),
+                   d.get("rungs"))

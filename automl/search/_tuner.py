@@ -107,7 +107,6 @@ def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
     measured in this session, the rungs and continue rates of ``policy``."""
     rungs = policy.rung_epochs() if policy is not None else []
     rf = policy.reduction_factor if policy is not None else None
-    brackets = policy.bracket_weights() if policy is not None else None
 
     def eta(ledger: Ledger) -> float | None:
         rows = ledger.session_reports()
@@ -125,7 +124,8 @@ def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
                          elapsed_s=elapsed, slots=slots,
                          epochs_done=ledger.epochs, time_budget_s=time_budget_s,
                          warm=warm_point(ledger.starts, trials, slots),
-                         brackets=brackets)
+                         # adaptive brackets move: the window new trials are drawn from now
+                         brackets=policy.bracket_weights() if policy is not None else None)
 
     return eta
 
@@ -237,10 +237,13 @@ def run_search(
     trials = [_record(t, exp, store) for n, t in sorted(ledger.trials.items())
               if t.end is not None or t.rows]
     ranked = rank_trials(trials, objectives)
+    if policy is not None and (line := policy.note()):
+        console.print(line, highlight=False)
     return SearchResult(metric, mode, trials, ranked, wall, admission.max_concurrent,
                         admission.trial_resources, duplicates=search.duplicates,
                         exhausted=search.exhausted, objectives=objectives.pairs(),
-                        pareto=pareto_of(ranked, objectives))
+                        pareto=pareto_of(ranked, objectives),
+                        rungs=policy.summary() if policy is not None else None)
 
 
 def _reconcile(search: StudySearch, ledger: Ledger, policy, objectives: Objectives,
