@@ -5,14 +5,15 @@ method returns the same event log.
 =================  ==========================================================================
 ``automl``         this project's default: ``make_sampler`` (TPE, constant liar) in
                    ``StudySearch`` (a stopped trial told PRUNED) + ``make_policy``
-                   (``RungPolicy``: ASHA, grace 1, reduction factor 3, 2 brackets:
-                   ``scheduler.brackets: auto``), built from an
+                   (``RungPolicy``: ASHA, grace 1, reduction factor 3, rank cutoff, 2
+                   brackets whose start rung adapts: ``scheduler.brackets: auto``), built from an
                    ``automl.spec.Experiment`` as ``automl.search`` builds them; study in memory
-``automl[k=v+..]`` the same with spec knobs changed (:data:`KNOBS`; ``bohb=1`` wraps the
-                   sampler in :class:`HighestRungSampler`)
+``automl[k=v+..]`` the same with spec or policy knobs changed (:data:`KNOBS`; ``bohb=1``
+                   wraps the sampler in :class:`HighestRungSampler`)
 ``random``         random search (Optuna's ``RandomSampler`` in ``StudySearch``), every trial
                    at full fidelity
-``random_asha``    the same sampler + our ``RungPolicy``
+``random_asha``    the same sampler + our ``RungPolicy`` as plain ASHA (``brackets: 1``,
+                   ``cutoff: quantile``: Ray Tune's ``ASHAScheduler``)
 ``optuna_tpe_hb``  ``TPESampler(seed)`` + ``HyperbandPruner(1, max_t, 3)``, fixed study name
 ``optuna_tpe_sh``  ``TPESampler(seed)`` + ``SuccessiveHalvingPruner(min_resource=1,
                    reduction_factor=3)``
@@ -45,16 +46,28 @@ from benchmarks._events import Job, checkpoints
 PEERS = ("random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh", "syne_asha",
          "syne_bohb", "dehb", "smac")
 METHODS = ("automl", *PEERS)
-VARIANTS = ("automl[brackets=1]", "automl[brackets=3]", "automl[brackets=4]",
-            "automl[brackets=1+n_startup=4]", "automl[brackets=2+n_startup=4]")
+#: extra rows of ours: the default before this one (fixed brackets, the quantile cutoff)
+#: and what the defaults were chosen against
+VARIANTS = ("automl[brackets=2+cutoff=quantile]", "automl[cutoff=quantile]",
+            "automl[brackets=2]", "automl[brackets=1]", "automl[min_corr=0.3]",
+            "automl[min_corr=0.7]", "automl[min_pairs=8]", "automl[brackets=3+adaptive=1]",
+            "automl[n_startup=4]",
+            "automl[brackets=1+cutoff=quantile]", "automl[brackets=3+cutoff=quantile]",
+            "automl[brackets=4+cutoff=quantile]",
+            "automl[brackets=1+n_startup=4+cutoff=quantile]",
+            "automl[brackets=2+n_startup=4+cutoff=quantile]")
 #: methods that need no benchmark-only package (the quick path, CI)
 CORE = ("automl", "random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh")
 _INSTALL = "make bench-setup installs it"
 
 
 #: spec knobs of a variant (:func:`experiment`), and ``bohb`` (:class:`HighestRungSampler`)
-SPEC_KNOBS = ("brackets", "n_startup", "sampler", "grace", "rf")
-KNOBS = (*SPEC_KNOBS, "bohb")
+SPEC_KNOBS = ("brackets", "n_startup", "sampler", "grace", "rf", "cutoff")
+#: the rung policy's adaptive-bracket settings (``RungPolicy(adaptive=, min_correlation=,
+#: min_pairs=)``); naming one rebuilds the policy with it (``adaptive=1`` with an explicit
+#: ``brackets`` count: an adaptive window of that many brackets)
+POLICY_KNOBS = ("adaptive", "min_corr", "min_pairs")
+KNOBS = (*SPEC_KNOBS, *POLICY_KNOBS, "bohb")
 #: ``automl[k=v+k=v]``
 VARIANT_PATTERN = re.compile(r"^automl\[(\w+=[\w.]+(?:\+\w+=[\w.]+)*)\]$")
 
@@ -80,7 +93,10 @@ def experiment(problem, seed: int, sampler: str = "tpe", asha: bool = True,
                  "grace_period": int(knobs.pop("grace", 1)),
                  "reduction_factor": float(knobs.pop("rf", 3)), "max_epochs": problem.max_t}
     if "brackets" in knobs:
-        scheduler["brackets"] = int(knobs.pop("brackets"))
+        b = knobs.pop("brackets")
+        scheduler["brackets"] = b if b == "auto" else int(b)
+    if "cutoff" in knobs:
+        scheduler["cutoff"] = knobs.pop("cutoff")
     if knobs:
         raise ValueError(f"unknown knobs {sorted(knobs)}; {', '.join(SPEC_KNOBS)}")
     return Experiment.model_validate({"name": "sq", "training": {"epochs": problem.max_t},
@@ -108,13 +124,25 @@ class CoreRunner:
     """Our search core: :class:`automl.search.StudySearch` + :class:`RungPolicy` (or None:
     every trial to ``max_t``), through their public methods only."""
 
-    def __init__(self, problem, exp, points: list[int] | None = None, bohb: bool = False):
+    def __init__(self, problem, exp, points: list[int] | None = None, bohb: bool = False,
+                 policy: dict | None = None):
         import optuna
 
-        from automl.search import StudySearch, make_policy, make_sampler
+        from automl.search import RungPolicy, StudySearch, make_policy, make_sampler
 
         self.max_t = problem.max_t
         self.policy = make_policy(exp)
+        if policy:  # POLICY_KNOBS: the same policy with its adaptive settings changed
+            sch, kw = exp.scheduler, {"adaptive": exp.adaptive_brackets()}
+            if "adaptive" in policy:
+                kw["adaptive"] = policy["adaptive"] not in ("0", "false")
+            if "min_pairs" in policy:
+                kw["min_pairs"] = int(policy["min_pairs"])
+            if "min_corr" in policy:
+                kw["min_correlation"] = float(policy["min_corr"])
+            self.policy = RungPolicy(sch.grace_period, sch.reduction_factor, exp.max_epochs,
+                                     mode="max", brackets=exp.bracket_count(),
+                                     seed=exp.search.seed, cutoff=sch.cutoff, **kw)
         sampler = make_sampler(exp.search)
         if bohb:
             sampler = HighestRungSampler(sampler, n_startup=exp.search.n_startup_trials)
@@ -315,11 +343,14 @@ def make_runner(method: str, problem, seed: int):
         return CoreRunner(problem, experiment(problem, seed))
     if (knobs := variant_knobs(method)) is not None:
         bohb = knobs.pop("bohb", "0") not in ("0", "false")
-        return CoreRunner(problem, experiment(problem, seed, **knobs), bohb=bohb)
+        policy = {k: knobs.pop(k) for k in POLICY_KNOBS if k in knobs}
+        return CoreRunner(problem, experiment(problem, seed, **knobs), bohb=bohb,
+                          policy=policy)
     if method == "random":
         return CoreRunner(problem, experiment(problem, seed, "random", asha=False))
-    if method == "random_asha":
-        return CoreRunner(problem, experiment(problem, seed, "random"))
+    if method == "random_asha":  # plain ASHA as Ray Tune's, as its cells were run
+        return CoreRunner(problem, experiment(problem, seed, "random", brackets=1,
+                                              cutoff="quantile"))
     if method in ("optuna_tpe_hb", "optuna_tpe_sh"):
         return OptunaRunner(problem, seed, method.rsplit("_", 1)[1])
     if method in ("syne_asha", "syne_bohb"):

@@ -230,6 +230,24 @@ def test_variant_names_give_spec_knobs_and_reject_unknown_ones():
         variant_knobs("automl[eta=3]")
 
 
+def test_variants_set_the_rung_policys_cutoff_and_adaptive_settings():
+    from benchmarks._peers import make_runner
+
+    p = toy(max_t=27)
+    default = make_runner("automl", p, 0).policy
+    assert (default.cutoff, default.adaptive, default.width) == ("rank", True, 2)
+    assert (default.min_pairs, default.min_correlation) == (5, 0.5)
+    before = make_runner("automl[brackets=2+cutoff=quantile]", p, 0).policy
+    assert (before.cutoff, before.adaptive, before.width) == ("quantile", False, 2)
+    tuned = make_runner("automl[min_corr=0.3+min_pairs=8]", p, 0).policy
+    assert (tuned.adaptive, tuned.min_correlation, tuned.min_pairs) == (True, 0.3, 8)
+    wide = make_runner("automl[brackets=3+adaptive=1]", p, 0).policy
+    assert (wide.adaptive, wide.width, wide.cutoff) == (True, 3, "rank")
+    # the peer "random + ASHA" stays Ray Tune's plain ASHA
+    plain = make_runner("random_asha", p, 0).policy
+    assert (plain.cutoff, plain.adaptive, plain.width) == ("quantile", False, 1)
+
+
 def test_highest_rung_model_sees_only_the_values_at_the_modelled_epoch():
     """BOHB's rule: the wrapped sampler's study holds every trial that reported at the
     largest epoch with ``min_points`` reports, valued at that epoch."""
