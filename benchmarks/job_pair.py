@@ -53,10 +53,14 @@ def _one(tree: Path, label: str, work: Path) -> dict:
         raise RuntimeError(f"{label}: automl search exited with {code}; see {work / 'log'}")
     s = json.loads((work / "runs" / "r" / "summary.json").read_text())
     sweep = s["search"]["wall_time_s"]
+    rungs = s["search"].get("rungs") or {}
     return {"label": label, "process_s": round(wall, 1), "job_s": s["wall_time_s"],
             "sweep_s": sweep, "after_sweep_s": round(s["wall_time_s"] - sweep, 2),
             "ratio": round(s["wall_time_s"] / sweep, 3), **s["stages_wall_s"],
-            "load_start": round(load, 2), "trials": s["trials"]}
+            "load_start": round(load, 2), "trials": s["trials"],
+            "best_val": (s.get("best") or {}).get("val", {}).get("val_accuracy"),
+            "test_accuracy": (s.get("test") or {}).get("accuracy"),
+            "start_epoch": rungs.get("start_epoch")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
                             [[r["pair"], r["label"], r["sweep_s"], r["job_s"],
                               r["after_sweep_s"], r["ratio"], r["cv"], r["refit"],
                               r["compression"], r["load_start"]] for r in rows]))
+    res.tables.append(Table("what each sweep found", [
+        "pair", "checkout", "best val accuracy", "test accuracy", "trials completed",
+        "stopped early", "brackets start at epoch"],
+        [[r["pair"], r["label"], r["best_val"], r["test_accuracy"],
+          r["trials"].get("completed"), r["trials"].get("stopped_early"), r["start_epoch"]]
+         for r in rows]))
     res.tables.append(Table("medians", ["checkout", *KEYS],
                             [[label, *(med[label][k] for k in KEYS)] for label in trees]))
     res.goals.append(Goal("whole job <= 1.6x its sweep wall (median of the runs)",
