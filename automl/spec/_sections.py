@@ -503,9 +503,10 @@ class SchedulerSpec(_Strict):
     runs 2 brackets when there are at least 2 rungs, else 1 (plain ASHA), and with one
     objective lets them start at a higher rung when the lower one is measured to rank
     trials poorly for the next (``RungPolicy(adaptive=True)``: Spearman's rho below 0.5
-    over at least 5 trials not judged there). Of what was tried on the search-quality
-    suite (1 to 4 fixed brackets, start-up counts, samplers, BOHB's model rule, the
-    adaptive window's settings) it had the lowest average rank over its settings
+    over at least 5 trials not judged there). With the rank cutoff it had the lowest sum
+    of average ranks over the search-quality suite's four settings (sequential and 4
+    workers, 10 and 30 full trainings) of the candidates run there: 1 to 4 fixed brackets,
+    either cutoff, start-up counts, the adaptive window's width and thresholds
     (``benchmarks/results/search_quality.md``). An explicit count runs fixed brackets
     (``brackets: 1`` is plain ASHA).
 
