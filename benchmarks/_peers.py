@@ -128,21 +128,17 @@ class CoreRunner:
                  policy: dict | None = None):
         import optuna
 
-        from automl.search import RungPolicy, StudySearch, make_policy, make_sampler
+        from automl.search import StudySearch, make_policy, make_sampler
 
         self.max_t = problem.max_t
-        self.policy = make_policy(exp)
-        if policy:  # POLICY_KNOBS: the same policy with its adaptive settings changed
-            sch, kw = exp.scheduler, {"adaptive": exp.adaptive_brackets()}
-            if "adaptive" in policy:
-                kw["adaptive"] = policy["adaptive"] not in ("0", "false")
-            if "min_pairs" in policy:
-                kw["min_pairs"] = int(policy["min_pairs"])
-            if "min_corr" in policy:
-                kw["min_correlation"] = float(policy["min_corr"])
-            self.policy = RungPolicy(sch.grace_period, sch.reduction_factor, exp.max_epochs,
-                                     mode="max", brackets=exp.bracket_count(),
-                                     seed=exp.search.seed, cutoff=sch.cutoff, **kw)
+        kw = {}  # POLICY_KNOBS: the same policy with its adaptive settings changed
+        if "adaptive" in (policy or {}):
+            kw["adaptive"] = policy["adaptive"] not in ("0", "false")
+        if "min_pairs" in (policy or {}):
+            kw["min_pairs"] = int(policy["min_pairs"])
+        if "min_corr" in (policy or {}):
+            kw["min_correlation"] = float(policy["min_corr"])
+        self.policy = make_policy(exp, **kw)
         sampler = make_sampler(exp.search)
         if bohb:
             sampler = HighestRungSampler(sampler, n_startup=exp.search.n_startup_trials)

@@ -7,17 +7,22 @@ from automl.search._objectives import Objectives
 from automl.spec import Experiment
 
 
-def make_policy(exp: Experiment) -> RungPolicy | None:
+def make_policy(exp: Experiment, **overrides) -> RungPolicy | None:
     """ASHA (Li et al. 2020) in epochs from ``exp.scheduler`` (with
     :meth:`Experiment.bracket_count` > 1, asynchronous Hyperband, Li et al. 2018), judging
     ``search.metric`` in ``search.mode`` (with ``search.objectives``: every objective,
     MO-ASHA, Schmucker et al. 2021) up to :attr:`Experiment.max_epochs`, its brackets'
     start rung adapting to measured rung correlations when
-    :meth:`Experiment.adaptive_brackets`; None when ``scheduler.type`` is ``none``."""
+    :meth:`Experiment.adaptive_brackets`; None when ``scheduler.type`` is ``none``.
+    ``overrides`` replace :class:`RungPolicy` keyword arguments (``adaptive``,
+    ``min_pairs``, ``min_correlation``, ...; the search-quality benchmark's variants).
+
+    Raises:
+        ValueError: an override outside :class:`RungPolicy`'s ranges."""
     sch = exp.scheduler
     if sch.type == "none":
         return None
-    return RungPolicy(sch.grace_period, sch.reduction_factor, exp.max_epochs,
-                      mode=Objectives.of(exp.search).mode, brackets=exp.bracket_count(),
-                      seed=exp.search.seed, adaptive=exp.adaptive_brackets(),
-                      cutoff=sch.cutoff)
+    kwargs = {"mode": Objectives.of(exp.search).mode, "brackets": exp.bracket_count(),
+              "seed": exp.search.seed, "adaptive": exp.adaptive_brackets(),
+              "cutoff": sch.cutoff, **overrides}
+    return RungPolicy(sch.grace_period, sch.reduction_factor, exp.max_epochs, **kwargs)
