@@ -63,10 +63,11 @@ _INSTALL = "make bench-setup installs it"
 
 #: spec knobs of a variant (:func:`experiment`), and ``bohb`` (:class:`HighestRungSampler`)
 SPEC_KNOBS = ("brackets", "n_startup", "sampler", "grace", "rf", "cutoff")
-#: the rung policy's adaptive-bracket settings (``RungPolicy(adaptive=, min_correlation=,
-#: min_pairs=)``); naming one rebuilds the policy with it (``adaptive=1`` with an explicit
+#: the rung policy's adaptive-bracket settings: knob -> (``RungPolicy`` keyword, how its
+#: text is read); naming one passes it to ``make_policy`` (``adaptive=1`` with an explicit
 #: ``brackets`` count: an adaptive window of that many brackets)
-POLICY_KNOBS = ("adaptive", "min_corr", "min_pairs")
+POLICY_KNOBS = {"adaptive": ("adaptive", lambda v: v not in ("0", "false")),
+                "min_corr": ("min_correlation", float), "min_pairs": ("min_pairs", int)}
 KNOBS = (*SPEC_KNOBS, *POLICY_KNOBS, "bohb")
 #: ``automl[k=v+k=v]``
 VARIANT_PATTERN = re.compile(r"^automl\[(\w+=[\w.]+(?:\+\w+=[\w.]+)*)\]$")
@@ -131,13 +132,8 @@ class CoreRunner:
         from automl.search import StudySearch, make_policy, make_sampler
 
         self.max_t = problem.max_t
-        kw = {}  # POLICY_KNOBS: the same policy with its adaptive settings changed
-        if "adaptive" in (policy or {}):
-            kw["adaptive"] = policy["adaptive"] not in ("0", "false")
-        if "min_pairs" in (policy or {}):
-            kw["min_pairs"] = int(policy["min_pairs"])
-        if "min_corr" in (policy or {}):
-            kw["min_correlation"] = float(policy["min_corr"])
+        # POLICY_KNOBS: the same policy with its adaptive settings changed
+        kw = {POLICY_KNOBS[k][0]: POLICY_KNOBS[k][1](v) for k, v in (policy or {}).items()}
         self.policy = make_policy(exp, **kw)
         sampler = make_sampler(exp.search)
         if bohb:

@@ -213,7 +213,6 @@ class RungPolicy:
         #: adaptive: the rung (index into :attr:`ladder`) the bracket window starts at
         self.start = 0
         self._seen: dict[Hashable, dict[int, float]] = {}  # trial -> rung index -> signed
-        self._stale = False  # a new pair since the window was last placed
         if self.multi_objective:  # stored for minimisation, one sign per objective
             self._signs = np.array([-1.0 if m == "max" else 1.0 for m in mode])
         else:
@@ -275,7 +274,8 @@ class RungPolicy:
         ``i`` and ``i + 1`` of the ladder, over the trials that reached both in a bracket
         starting above rung ``i`` (so none was judged at ``i``); rho is None with fewer
         than 3 pairs or when either side is constant. Adaptive policies only keep these
-        values (an empty sample otherwise).
+        values (an empty sample otherwise). Spearman (1904), computed by
+        ``scipy.stats.spearmanr`` (ties get their average rank).
 
         Raises:
             ValueError: ``i`` is not a rung below the ladder's last.
@@ -312,13 +312,11 @@ class RungPolicy:
         the correlations that moved it; None otherwise."""
         if not self.adaptive or self.start == 0:
             return None
-        parts = []
-        for i in range(self.start):
-            rho, n = self.rung_correlation(i)
-            parts.append(f"epoch {judged_at(self.ladder[i])} vs {judged_at(self.ladder[i + 1])}"
-                         f": Spearman {rho:.2f} over {n} trials")
-        return (f"rungs  brackets start at epoch {judged_at(self.ladder[self.start])}: the "
-                f"epochs below ranked trials poorly for the next rung ({'; '.join(parts)})")
+        s = self.summary()
+        parts = [f"epoch {c['from']} vs {c['to']}: Spearman {c['spearman']:.2f} over "
+                 f"{c['pairs']} trials" for c in s["correlations"][:self.start]]
+        return (f"rungs  brackets start at epoch {s['start_epoch']}: the epochs below ranked "
+                f"trials poorly for the next rung ({'; '.join(parts)})")
 
     def _place_window(self) -> None:
         """Adaptive: :attr:`start` = the lowest rung whose correlation with the next is
@@ -330,7 +328,7 @@ class RungPolicy:
             if n < self.min_pairs or rho is None or rho >= self.min_correlation:
                 break
             s += 1
-        self.start, self._stale = s, False
+        self.start = s
 
     def pass_counts(self) -> dict[int, tuple[int, int]]:
         """``{epoch judged at: (trials that continued, trials judged)}`` over every
@@ -424,12 +422,12 @@ class RungPolicy:
     def _keep(self, trial: Hashable, bracket: int, epoch: int, value: float) -> None:
         """Adaptive: keep the trial's value at each rung it reached (its first report at
         or past it), and place the window again when that makes a new pair."""
-        seen = self._seen.setdefault(trial, {})
+        seen, new_pair = self._seen.setdefault(trial, {}), False
         for i, level in enumerate(self.ladder):
             if epoch >= judged_at(level) and i not in seen:
                 seen[i] = self._signed(value)
-                self._stale |= i > 0 and bracket > i - 1 and i - 1 in seen
-        if self._stale:
+                new_pair |= i > 0 and bracket > i - 1 and i - 1 in seen
+        if new_pair:
             self._place_window()
 
     def _judge(self, recorded: Mapping[Hashable, float], signed: float) -> str:
