@@ -114,6 +114,47 @@ def test_fit_and_score_fits_preprocessing_on_the_fold_training_rows_only(monkeyp
     assert out["n_train"] == len(train) and out["n_eval"] == len(val)
 
 
+
+def test_a_fold_task_trains_and_predicts_the_driver_scores_and_no_scikit_learn_is_imported(
+        tmp_path):
+    """``with_scores(fit_predict(...))`` is ``fit_and_score(...)`` (deterministic training:
+    same scores, loss and checkpoint metrics); and a fresh interpreter that unpickles an
+    image dataset and runs a fold task's code imports neither scikit-learn, SciPy nor
+    pandas (about 1 s of each new fold worker's start)."""
+    import pickle
+    import subprocess
+    import sys
+
+    from automl.selection import fit_predict, with_scores
+
+    data = load_dataset(DataSpec(source="digits"))
+    s = split_indices(data.y, 0.2, 0.2, 0)
+    train, val = make_folds(data.y, s.pool, 3, seed=0).folds[0]
+    cfg = {"arch": {"family": "mlp", "depth": 1, "width": 16}, "optimizer": "adam",
+           "lr": 1e-2, "batch_size": 64, "epochs": 1, "weight_decay": 0.0, "init": "default"}
+    whole = fit_and_score(data, cfg, train, val, keep_model=True)
+    parts = fit_predict(data, cfg, train, val, keep_model=True)
+    assert "scores" not in parts and parts["checkpoint"]["metrics"] == {"loss": parts["loss"]}
+    again = with_scores(parts, data.y[val], data.num_classes, keep_pred=True)
+    assert again["scores"] == whole["scores"] and again["loss"] == whole["loss"]
+    assert again["checkpoint"]["metrics"] == whole["checkpoint"]["metrics"] == {
+        **whole["scores"], "loss": whole["loss"]}
+    assert again["y_pred"] == whole["y_pred"]
+    assert "y_pred" not in with_scores(parts, data.y[val], data.num_classes)
+    path = tmp_path / "data.pkl"
+    path.write_bytes(pickle.dumps((data, cfg, train, val)))
+    code = ("import pickle, sys\n"
+            f"data, cfg, train, val = pickle.loads(open({str(path)!r}, 'rb').read())\n"
+            "from automl.selection._tasks import fit_predict, warm_up\n"
+            "warm_up()\n"
+            "out = fit_predict(data, cfg, train, val)\n"
+            "assert len(out['y_pred']) == len(val)\n"
+            "print(sorted(m for m in ('sklearn', 'scipy', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 # --------------------------------------------------------------------------- on Ray
 SPEC = """
 name: cv

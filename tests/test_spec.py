@@ -205,7 +205,7 @@ def test_brackets_default_to_two_when_the_rungs_allow(scheduler, search, expecte
     exp = Experiment.model_validate({"name": "b", "training": {"epochs": 2 if scheduler.get(
         "max_epochs") else 10}, "scheduler": {"type": "asha", **scheduler}, "search": search})
     assert exp.bracket_count() == expected
-    assert exp.adaptive_brackets() is adaptive
+    assert exp.adaptive_bracketing() is adaptive
     policy = make_policy(exp)
     assert policy.width == expected and policy.adaptive is adaptive
     # fixed: the brackets that run; adaptive: one per rung, of which `expected` at once

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: image data never needs it
+    import pandas as pd
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,6 +48,8 @@ class Dataset:
         if self.kind == "tabular" and self.frame is None:
             if self.X is None or self.X.ndim != 2:
                 raise ValueError("tabular data needs a frame or a 2-D X")
+            import pandas as pd
+
             cols = [f"x{i}" for i in range(self.X.shape[1])]
             object.__setattr__(self, "frame", pd.DataFrame(self.X, columns=cols))
             object.__setattr__(self, "X", None)
@@ -92,6 +97,8 @@ class Dataset:
         if self.X is not None:
             h.update(np.ascontiguousarray(self.X).tobytes())
         else:
+            import pandas as pd
+
             h.update(",".join(map(str, self.frame.columns)).encode())
             h.update(pd.util.hash_pandas_object(self.frame, index=False).to_numpy().tobytes())
         h.update(np.ascontiguousarray(self.y).tobytes())

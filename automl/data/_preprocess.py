@@ -14,58 +14,35 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.compose import ColumnTransformer
-from sklearn.impute import SimpleImputer
-from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import OneHotEncoder, StandardScaler
-from sklearn.utils.validation import check_is_fitted
 
 from automl.data._dataset import Dataset
 from automl.errors import DataError
+
+if TYPE_CHECKING:  # scikit-learn is imported where tabular or signal data are fitted
+    from sklearn.compose import ColumnTransformer
+
+    from automl.data._channel import ChannelStandardizer
 
 #: the fitted tabular preprocessor beside ``best/model.pt`` (skops format, no pickle)
 PREPROCESSOR_FILE = "preprocessor.skops"
 #: module prefixes of the only types :func:`load_preprocessor` lets skops rebuild
 TRUSTED_PREFIXES = ("sklearn.", "numpy.")
-#: and our own preprocessors, by their full name
-TRUSTED_TYPES = ("automl.data._preprocess.ChannelStandardizer",)
+#: and our own preprocessors, by their full name (files written before it moved to
+#: ``_channel`` name it here; :func:`__getattr__` still resolves that name)
+TRUSTED_TYPES = ("automl.data._channel.ChannelStandardizer",
+                 "automl.data._preprocess.ChannelStandardizer")
 
 
-class ChannelStandardizer(TransformerMixin, BaseEstimator):
-    """Per-channel standardisation of 1D signals ``(N, C, L)`` (a scikit-learn transformer).
+def __getattr__(name: str) -> Any:
+    """``ChannelStandardizer`` under its old module path, for skops files that name it."""
+    if name == "ChannelStandardizer":
+        from automl.data._channel import ChannelStandardizer
 
-    ``fit`` stores ``mean_`` and ``scale_`` (float64 ``(C,)``: mean and standard deviation
-    of each channel over all rows and time steps given; a constant channel gets scale 1);
-    ``transform`` returns float32 ``(N, C, L)`` ``(X - mean_) / scale_``.
-
-    Raises:
-        ValueError: ``X`` is not 3-D, or has another channel count than at ``fit``.
-    """
-
-    def fit(self, X, y=None):
-        X = self._check(X)
-        self.mean_ = X.mean(axis=(0, 2))
-        scale = X.std(axis=(0, 2))
-        self.scale_ = np.where(scale > 0, scale, 1.0)
-        self.n_channels_ = X.shape[1]
-        return self
-
-    def transform(self, X):
-        check_is_fitted(self, "mean_")
-        X = self._check(X)
-        if X.shape[1] != self.n_channels_:
-            raise ValueError(f"X has {X.shape[1]} channels; fitted on {self.n_channels_}")
-        return ((X - self.mean_[:, None]) / self.scale_[:, None]).astype(np.float32)
-
-    @staticmethod
-    def _check(X) -> np.ndarray:
-        X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 3:
-            raise ValueError(f"signals must be (N, C, L); got shape {X.shape}")
-        return X
+        return ChannelStandardizer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_preprocessor(data: Dataset, impute=None) -> ColumnTransformer:
@@ -75,6 +52,11 @@ def make_preprocessor(data: Dataset, impute=None) -> ColumnTransformer:
         impute: ``.numeric`` and ``.categorical`` ``SimpleImputer`` strategies
             (a ``automl.spec.ImputeSpec``); default median / most frequent.
     """
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
     numeric = getattr(impute, "numeric", "median")
     categorical = getattr(impute, "categorical", "most_frequent")
     num = Pipeline([("impute", SimpleImputer(strategy=numeric)), ("scale", StandardScaler())])
@@ -95,6 +77,8 @@ def fit_preprocessor(data: Dataset, fit_idx: np.ndarray,
     if data.kind == "image":
         return None
     if data.kind == "signal":
+        from automl.data._channel import ChannelStandardizer
+
         return ChannelStandardizer().fit(data.X[fit_idx])
     return make_preprocessor(data, impute).fit(data.frame.iloc[fit_idx])
 

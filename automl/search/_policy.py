@@ -13,7 +13,7 @@ def make_policy(exp: Experiment, **overrides) -> RungPolicy | None:
     ``search.metric`` in ``search.mode`` (with ``search.objectives``: every objective,
     MO-ASHA, Schmucker et al. 2021) up to :attr:`Experiment.max_epochs`, its brackets'
     start rung adapting to measured rung correlations when
-    :meth:`Experiment.adaptive_brackets`; None when ``scheduler.type`` is ``none``.
+    :meth:`Experiment.adaptive_bracketing`; None when ``scheduler.type`` is ``none``.
     ``overrides`` replace :class:`RungPolicy` keyword arguments (``adaptive``,
     ``min_pairs``, ``min_correlation``, ...; the search-quality benchmark's variants).
 
@@ -23,6 +23,6 @@ def make_policy(exp: Experiment, **overrides) -> RungPolicy | None:
     if sch.type == "none":
         return None
     kwargs = {"mode": Objectives.of(exp.search).mode, "brackets": exp.bracket_count(),
-              "seed": exp.search.seed, "adaptive": exp.adaptive_brackets(),
+              "seed": exp.search.seed, "adaptive": exp.adaptive_bracketing(),
               "cutoff": sch.cutoff, **overrides}
     return RungPolicy(sch.grace_period, sch.reduction_factor, exp.max_epochs, **kwargs)

@@ -5,7 +5,8 @@ then retrained on all training rows and scored once on the test split.
 Public API: :func:`cross_validate`, :class:`CVResult`, :class:`CandidateCV`,
 :func:`refit_and_test`, :func:`make_folds`, :class:`FoldPlan`,
 :func:`classification_scores`, :func:`summarize`, :func:`choose_winner`,
-:func:`fit_and_score`, :func:`print_cv_table`, :class:`WarmFoldWorkers`.
+:func:`fit_and_score` (:func:`fit_predict` then :func:`with_scores`),
+:func:`print_cv_table`, :class:`WarmFoldWorkers`.
 
 The names are imported when first used (PEP 562): a Ray worker that runs a fold training
 imports ``automl.selection._tasks``, and with it this package, without the search and
@@ -30,6 +31,8 @@ _WHERE = {
     "classification_scores": "_scores",
     "summarize": "_scores",
     "fit_and_score": "_tasks",
+    "fit_predict": "_tasks",
+    "with_scores": "_tasks",
 }
 
 __all__ = sorted(_WHERE)

@@ -21,7 +21,7 @@ from automl.selection._folds import FoldPlan, make_folds
 from automl.selection._front import choose_on_front
 from automl.selection._schedule import AllOf, FoldSchedule
 from automl.selection._scores import choose_winner, summarize_folds
-from automl.selection._tasks import fit_and_score, warm_up
+from automl.selection._tasks import fit_predict, warm_up, with_scores
 from automl.spec import Experiment
 
 
@@ -160,14 +160,15 @@ def _fits_on_a_node(cpus: float) -> bool:
     return True
 
 
-def _run_tasks(data_ref, schedule, job_of, *, resources, limit: int, deadline: float,
-               impute, keep_model: bool = False, on_done=None,
-               cpus: float | None = None) -> dict:
-    """Run ``fit_and_score`` as Ray tasks, at most ``limit`` at once, in the order
+def _run_tasks(data_ref, schedule, job_of, *, labels: np.ndarray, num_classes: int,
+               resources, limit: int, deadline: float, impute, keep_model: bool = False,
+               on_done=None, cpus: float | None = None) -> dict:
+    """Run ``fit_predict`` as Ray tasks, at most ``limit`` at once, in the order
     ``schedule`` (a :class:`~automl.selection._schedule.FoldSchedule` or ``AllOf``) gives,
-    all finished by ``deadline`` (``time.monotonic``). ``job_of(key)`` is the job's
-    ``(config, train_idx, eval_idx)``; ``on_done(key, result)`` is called for each result
-    as it comes to count. A running job the schedule no longer wants (a speculative fold
+    all finished by ``deadline`` (``time.monotonic``), and score each result here
+    (``with_scores`` against ``labels[eval_idx]``: ``fit_and_score``'s result). ``job_of(key)``
+    is the job's ``(config, train_idx, eval_idx)``; ``on_done(key, result)`` is called for
+    each result as it comes to count. A running job the schedule no longer wants (a speculative fold
     of a candidate fold halving dropped) is interrupted (``ray.cancel(force=False)``: the
     worker stays for the next task). ``cpus``: the CPUs (and torch threads) each job holds
     instead of one worker's. Returns ``schedule.results``."""
@@ -175,7 +176,7 @@ def _run_tasks(data_ref, schedule, job_of, *, resources, limit: int, deadline: f
 
     demand = fold_demand(resources)
     cpus, gpus = cpus or demand["CPU"], demand.get("GPU", 0.0)
-    remote = ray.remote(fit_and_score).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
+    remote = ray.remote(fit_predict).options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
     pending: dict = {}
     try:
         while True:
@@ -208,6 +209,8 @@ def _run_tasks(data_ref, schedule, job_of, *, resources, limit: int, deadline: f
                     last = str(e).strip().splitlines()[-1] if str(e).strip() else repr(e)
                     raise RunError(f"training trial {key[0]} on fold {key[1]} failed: {last}",
                                    where="selection") from None
+                result = with_scores(result, labels[job_of(key)[2]], num_classes,
+                                     keep_pred=keep_model)
                 for k, r in schedule.record(key, result):
                     if on_done is not None:
                         on_done(k, r)
@@ -316,6 +319,7 @@ def cross_validate(
 
     try:
         results = _run_tasks(data_ref, schedule, lambda k: (configs[k[0]], *plan.folds[k[1]]),
+                             labels=data.y, num_classes=data.num_classes,
                              resources=exp.resources, limit=admission.max_concurrent,
                              deadline=deadline, impute=exp.data.impute, on_done=on_done)
     finally:
@@ -447,7 +451,8 @@ def refit_and_test(
     wide = (alone and not teacher and admission.max_concurrent >= 2 and not exp.resources.gpus_per_worker
             and not exp.resources.distributed and _fits_on_a_node(2 * exp.resources.cpus_per_worker))
     done = _run_tasks(ray.put(data), AllOf(rows), lambda k: (config, *rows[k]),
-                      resources=exp.resources, limit=min(len(rows), admission.max_concurrent),
+                      labels=data.y, num_classes=data.num_classes, resources=exp.resources,
+                      limit=min(len(rows), admission.max_concurrent),
                       deadline=time.monotonic() + exp.selection.timeout_s,
                       impute=exp.data.impute, keep_model=True,
                       cpus=2 * exp.resources.cpus_per_worker if wide else None)

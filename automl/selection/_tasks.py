@@ -1,5 +1,11 @@
 """The unit of work of cross-validation and the final refit: train one configuration
-on some rows, score it on others. Runs inside a Ray task (or in-process in tests)."""
+on some rows, score it on others.
+
+A Ray task runs :func:`fit_predict` (training and predictions only) and the driver adds
+the scores (:func:`with_scores`, scikit-learn's metrics): a new worker then imports
+neither scikit-learn nor SciPy (about 1 s of its start on a 2-core machine), only torch
+and the training code. :func:`fit_and_score` is both in one call, in this process.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,7 @@ import time
 
 import numpy as np
 
-from automl.data import Dataset, fit_apply
-from automl.selection._scores import classification_scores
+from automl.data import Dataset
 
 
 def fit_and_score(
@@ -23,7 +28,8 @@ def fit_and_score(
     precision: str = "fp32",
     keep_model: bool = False,
 ) -> dict:
-    """Fit preprocessing and a model on rows ``train_idx`` only, then score rows ``eval_idx``.
+    """Fit preprocessing and a model on rows ``train_idx`` only, then score rows ``eval_idx``
+    (:func:`fit_predict`, then :func:`with_scores`).
 
     Args:
         config: a ``TrialConfig.to_dict()``; trains for its full ``epochs``.
@@ -41,13 +47,40 @@ def fit_and_score(
     Returns:
         ``scores`` (:func:`classification_scores`), ``loss`` (cross-entropy), ``epochs``,
         ``train_time_s`` (seconds in training steps), ``n_params``, ``n_train``,
-        ``n_eval``; with ``keep_model`` also ``checkpoint`` (tensors on the CPU),
-        ``y_pred`` (list of int), ``preprocessor`` (the ``ColumnTransformer`` fitted on
-        ``train_idx``; None for image data) and ``environment``
-        (``automl.determinism.environment``: packages, flags, threads, device).
+        ``n_eval``; with ``keep_model`` also ``checkpoint`` (tensors on the CPU; its
+        ``metrics`` are the scores and the loss), ``y_pred`` (list of int),
+        ``preprocessor`` (the ``ColumnTransformer`` fitted on ``train_idx``; None for
+        image data) and ``environment`` (``automl.determinism.environment``: packages,
+        flags, threads, device).
+    """
+    out = fit_predict(data, config, train_idx, eval_idx, impute=impute, cpus=cpus, gpus=gpus,
+                      precision=precision, keep_model=keep_model)
+    return with_scores(out, data.y[eval_idx], data.num_classes, keep_pred=keep_model)
+
+
+def fit_predict(
+    data: Dataset,
+    config: dict,
+    train_idx: np.ndarray,
+    eval_idx: np.ndarray,
+    *,
+    impute=None,
+    cpus: float = 1.0,
+    gpus: float = 0.0,
+    precision: str = "fp32",
+    keep_model: bool = False,
+) -> dict:
+    """:func:`fit_and_score` without the scores: what a Ray task runs.
+
+    Returns:
+        ``y_pred`` (list of int: the predicted class of each of ``eval_idx``), ``loss``,
+        ``epochs``, ``train_time_s``, ``n_params``, ``n_train``, ``n_eval``; with
+        ``keep_model`` also ``checkpoint`` (its ``metrics`` hold the loss only until
+        :func:`with_scores` adds the scores), ``preprocessor`` and ``environment``.
     """
     import torch
 
+    from automl.data import fit_apply
     from automl.determinism import deterministic, environment
     from automl.models import count_parameters
     from automl.space import TrialConfig
@@ -67,9 +100,8 @@ def fit_and_score(
         env = environment(device) if keep_model else None
     X_t, y_t = to_tensors(X_ev, y_ev)
     logits = predict(state.model, X_t.to(device)).float().cpu()  # (n_eval, num_classes)
-    y_pred = logits.argmax(1).numpy()
     out = {
-        "scores": classification_scores(y_ev, y_pred, data.num_classes),
+        "y_pred": [int(v) for v in logits.argmax(1).numpy()],
         "loss": float(torch.nn.functional.cross_entropy(logits, y_t)),
         "epochs": cfg.epochs,
         "train_time_s": round(train_time, 3),
@@ -78,16 +110,32 @@ def fit_and_score(
         "n_eval": int(len(y_ev)),
     }
     if keep_model:
-        ckpt = state.checkpoint({**out["scores"], "loss": out["loss"]})
-        out["checkpoint"] = _to_cpu(ckpt)
-        out["y_pred"] = [int(v) for v in y_pred]
+        out["checkpoint"] = _to_cpu(state.checkpoint({"loss": out["loss"]}))
         out["preprocessor"] = pre
         out["environment"] = env
     return out
 
 
+def with_scores(result: dict, y_true: np.ndarray, num_classes: int, *,
+                keep_pred: bool = False) -> dict:
+    """A :func:`fit_predict` result as :func:`fit_and_score` returns it: ``scores``
+    (:func:`classification_scores` of ``y_true`` ``(n_eval,)`` against ``y_pred``) first,
+    the checkpoint's ``metrics`` the scores and the loss, and ``y_pred`` dropped unless
+    ``keep_pred``."""
+    from automl.selection._scores import classification_scores
+
+    scores = classification_scores(np.asarray(y_true), np.asarray(result["y_pred"]),
+                                   num_classes)
+    out = {"scores": scores, **{k: v for k, v in result.items()
+                                if k != "y_pred" or keep_pred}}
+    if "checkpoint" in out:
+        out["checkpoint"] = {**out["checkpoint"],
+                             "metrics": {**scores, "loss": out["loss"]}}
+    return out
+
+
 def warm_up() -> int:
-    """Import what :func:`fit_and_score` runs on (torch, the models, the training loop,
+    """Import what :func:`fit_predict` runs on (torch, the models, the training loop,
     and the ``torch._inductor`` config that ``torch.use_deterministic_algorithms``
     imports: 1.1 s of its own), so that a Ray worker that ran this starts its first fold
     training without the 4-5 s of imports a new worker pays (measured on a 2-core CPU

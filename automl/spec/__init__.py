@@ -238,7 +238,7 @@ class Experiment(_Strict):
             return max(1, min(AUTO_BRACKETS, self.rung_count()))
         return int(self.scheduler.brackets)
 
-    def adaptive_brackets(self) -> bool:
+    def adaptive_bracketing(self) -> bool:
         """Whether the brackets' start rung adapts to measured rung correlations: with
         ``brackets: auto``, one objective and at least 2 rungs."""
         return (self.scheduler.brackets == "auto" and not self.search.objectives
