@@ -16,7 +16,7 @@ PKG = REPO / "automl"
 #: each top-level module or subpackage of automl and its layer; an import may only point
 #: to the same layer or a lower one
 LAYER = {
-    "errors": 0, "_redact": 0, "_io": 0, "_yaml": 0, "rundir": 0, "_progress": 0,
+    "errors": 0, "_redact": 0, "_io": 0, "_yaml": 0, "_lazy": 0, "rundir": 0, "_progress": 0,
     "spec": 1,
     "space": 2, "data": 2, "models": 2,
     "train": 3, "cluster": 3, "determinism": 3,

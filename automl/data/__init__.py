@@ -17,8 +17,7 @@ tabular and signal data import them where they are fitted.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from automl._lazy import lazy_exports
 
 _WHERE = {
     "PREPROCESSOR_FILE": "_preprocess",
@@ -43,14 +42,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'automl.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"automl.data.{where}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -15,8 +15,7 @@ Ray Tune that ``_cv`` needs (about 1 s of a new worker's start on a 2-core machi
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from automl._lazy import lazy_exports
 
 _WHERE = {
     "CVResult": "_cv",
@@ -38,14 +37,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'automl.selection' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"automl.selection.{where}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
