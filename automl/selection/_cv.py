@@ -166,11 +166,12 @@ def _run_tasks(data_ref, schedule, job_of, *, labels: np.ndarray, num_classes: i
     """Run ``fit_predict`` as Ray tasks, at most ``limit`` at once, in the order
     ``schedule`` (a :class:`~automl.selection._schedule.FoldSchedule` or ``AllOf``) gives,
     all finished by ``deadline`` (``time.monotonic``), and score each result here
-    (``with_scores`` against ``labels[eval_idx]``: ``fit_and_score``'s result). ``job_of(key)``
-    is the job's ``(config, train_idx, eval_idx)``; ``on_done(key, result)`` is called for
-    each result as it comes to count. A running job the schedule no longer wants (a speculative fold
-    of a candidate fold halving dropped) is interrupted (``ray.cancel(force=False)``: the
-    worker stays for the next task). ``cpus``: the CPUs (and torch threads) each job holds
+    (``with_scores`` against ``labels[eval_idx]``, ``num_classes`` classes: what
+    ``fit_and_score`` returns). ``job_of(key)`` is the job's ``(config, train_idx,
+    eval_idx)``; ``on_done(key, result)`` is called for each result as it comes to count. A
+    running job the schedule no longer wants (a speculative fold of a candidate fold
+    halving dropped) is interrupted (``ray.cancel(force=False)``: the worker stays for the
+    next task). ``cpus``: the CPUs (and torch threads) each job holds
     instead of one worker's. Returns ``schedule.results``."""
     import ray
 
