@@ -284,11 +284,13 @@ def run_main_job(
     from automl.compress._warm import modules_for, warm_up
 
     warmer = warm_up(modules_for(exp.compression))
+    t_ray = time.perf_counter()
     handle = cluster.connect(address, exp.resources.num_cpus, exp.resources.object_store_mb,
                              dashboard_host=dashboard_host, dashboard_port=dashboard_port,
                              metrics_export_port=metrics_port)
     try:
-        console.print(f"ray    {'started locally' if handle.started else 'connected'}"
+        console.print(f"ray    {'started locally' if handle.started else 'connected'} in "
+                      f"{time.perf_counter() - t_ray:.1f}s"
                       + (f"; dashboard {handle.dashboard_url}" if handle.dashboard_url else "")
                       + (f"; metrics {handle.metrics_url}" if handle.metrics_url else ""))
         # admission before anything is written: an impossible request leaves no run dir

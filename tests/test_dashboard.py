@@ -86,7 +86,7 @@ def test_dashboard_shows_a_running_sweep_and_the_sweep_ends_normally(tmp_path):
         assert sweep.returncode == 0, out[-3000:]
         assert "database is locked" not in out
         # piped, so a line per event, each with done/total and an ETA (issue 16)
-        assert re.search(r"^  trial \d+ .*\[\d+/10, eta (\d+s|\d+m\d\ds|-)\]$", out, re.M), out
+        assert re.search(r"^  trial \d+ .*\[\d+/10, elapsed \d+s, eta (\d+s|\d+m\d\ds|-)\]$", out, re.M), out
         assert re.search(r"^cv     1/\d+  elapsed \d+s  eta ", out, re.M), out
         assert re.search(r"^refit  1/1  elapsed \d+s  eta 0s  trial \d+ on \d+ rows", out, re.M)
         summary = json.loads((run_dir / "summary.json").read_text())

@@ -15,7 +15,7 @@ from automl.search._result import COMPLETED, DIVERGED, STOPPED
 class ConsoleProgress:
     """Status line ``trials done/total  running  completed  stopped  failed  best  elapsed
     eta`` (refreshed on every event, terminals only) and a line per ended trial, with the
-    count done and the ETA (so a log, not only a terminal, shows them)."""
+    count done, the elapsed time and the ETA (so a log, not only a terminal, shows them)."""
 
     def __init__(self, console: Console):
         self.console = console
@@ -53,7 +53,8 @@ class ConsoleProgress:
         else:
             note = f"{state}: {end.get('reason') or 'see trials.json'}"
         self.console.print(f"  trial {trial.trial_id} {note}  [{sweep.done}/{sweep.total}, "
-                           f"eta {eta_text(sweep.eta_s)}]", highlight=False, markup=False)
+                           f"elapsed {sweep.elapsed_s:.0f}s, eta {eta_text(sweep.eta_s)}]",
+                           highlight=False, markup=False)
         self._refresh(sweep)
 
     def close(self, sweep: SweepView) -> None:

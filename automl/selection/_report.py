@@ -15,7 +15,8 @@ def print_cv_table(console: Console, cv) -> None:
     title = (f"cross-validation: {plan['n_folds']} folds x {plan['n_repeats']} repeat(s), "
              f"{cv.metric}")
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    for col in ("rank", "trial", "params", "folds", "mean ± std", "95% CI", "val", "status"):
+    for col in ("search rank", "trial", "params", "folds", "mean ± std", "95% CI", "val",
+                "status"):
         table.add_column(col, no_wrap=True)
     for c in cv.candidates:
         s = c.summary[cv.metric]
