@@ -102,7 +102,7 @@ class WarmFoldWorkers:
     training's shape (:func:`fold_demand`) that only imports torch and the training code
     (:func:`automl.selection._tasks.warm_up`). Ray keeps a finished task's worker for the
     next task, so the first fold trainings start in a worker that has already paid the
-    imports (4-5 s a new worker on a 2-core machine, measured). It sends nothing while
+    imports (about 2 s a new worker on a 2-core machine, measured). It sends nothing while
     trials still wait for a slot, so no trial is held up; ``close`` drops the task
     handles. Sweeps of data-parallel trials are not readied (their workers are Ray
     Train's).

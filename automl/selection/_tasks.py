@@ -16,33 +16,11 @@ import numpy as np
 from automl.data import Dataset
 
 
-def fit_and_score(
-    data: Dataset,
-    config: dict,
-    train_idx: np.ndarray,
-    eval_idx: np.ndarray,
-    *,
-    impute=None,
-    cpus: float = 1.0,
-    gpus: float = 0.0,
-    precision: str = "fp32",
-    keep_model: bool = False,
-) -> dict:
-    """Fit preprocessing and a model on rows ``train_idx`` only, then score rows ``eval_idx``
-    (:func:`fit_predict`, then :func:`with_scores`).
-
-    Args:
-        config: a ``TrialConfig.to_dict()``; trains for its full ``epochs``.
-        impute: ``SimpleImputer`` strategies (``automl.spec.ImputeSpec``) for tabular data.
-        cpus: torch intra-op threads.
-        gpus: when > 0 and CUDA is available, trains on the GPU Ray assigned, with
-            ``precision`` autocast (``fp32``, ``bf16``, ``fp16``).
-        keep_model: also return the checkpoint dict, the predictions, the fitted
-            preprocessor and the environment it trained in.
-
-    Trains under ``automl.determinism.deterministic()``: on the CPU, the same config,
-    rows, thread count and package versions give the same weights bit for bit (what
-    ``automl reproduce`` checks).
+def fit_and_score(data: Dataset, config: dict, train_idx: np.ndarray, eval_idx: np.ndarray,
+                  **options) -> dict:
+    """Fit preprocessing and a model on rows ``train_idx`` only, then score rows ``eval_idx``:
+    :func:`fit_predict` (``options`` are its keyword arguments), then :func:`with_scores`,
+    in this process.
 
     Returns:
         ``scores`` (:func:`classification_scores`), ``loss`` (cross-entropy), ``epochs``,
@@ -53,9 +31,9 @@ def fit_and_score(
         image data) and ``environment`` (``automl.determinism.environment``: packages,
         flags, threads, device).
     """
-    out = fit_predict(data, config, train_idx, eval_idx, impute=impute, cpus=cpus, gpus=gpus,
-                      precision=precision, keep_model=keep_model)
-    return with_scores(out, data.y[eval_idx], data.num_classes, keep_pred=keep_model)
+    out = fit_predict(data, config, train_idx, eval_idx, **options)
+    return with_scores(out, data.y[eval_idx], data.num_classes,
+                       keep_pred=bool(options.get("keep_model")))
 
 
 def fit_predict(
@@ -70,13 +48,29 @@ def fit_predict(
     precision: str = "fp32",
     keep_model: bool = False,
 ) -> dict:
-    """:func:`fit_and_score` without the scores: what a Ray task runs.
+    """Fit preprocessing and a model on rows ``train_idx`` only and predict rows
+    ``eval_idx``: what a cross-validation or refit Ray task runs (the driver scores the
+    predictions, :func:`with_scores`).
+
+    Args:
+        config: a ``TrialConfig.to_dict()``; trains for its full ``epochs``.
+        impute: ``SimpleImputer`` strategies (``automl.spec.ImputeSpec``) for tabular data.
+        cpus: torch intra-op threads.
+        gpus: when > 0 and CUDA is available, trains on the GPU Ray assigned, with
+            ``precision`` autocast (``fp32``, ``bf16``, ``fp16``).
+        keep_model: also return the checkpoint dict, the fitted preprocessor and the
+            environment it trained in.
+
+    Trains under ``automl.determinism.deterministic()``: on the CPU, the same config,
+    rows, thread count and package versions give the same weights bit for bit (what
+    ``automl reproduce`` checks).
 
     Returns:
-        ``y_pred`` (list of int: the predicted class of each of ``eval_idx``), ``loss``,
-        ``epochs``, ``train_time_s``, ``n_params``, ``n_train``, ``n_eval``; with
-        ``keep_model`` also ``checkpoint`` (its ``metrics`` hold the loss only until
-        :func:`with_scores` adds the scores), ``preprocessor`` and ``environment``.
+        ``y_pred`` (list of int: the predicted class of each of ``eval_idx``), ``loss``
+        (cross-entropy), ``epochs``, ``train_time_s`` (seconds in training steps),
+        ``n_params``, ``n_train``, ``n_eval``; with ``keep_model`` also ``checkpoint``
+        (tensors on the CPU; its ``metrics`` hold the loss only until :func:`with_scores`
+        adds the scores), ``preprocessor`` and ``environment``.
     """
     import torch
 
@@ -137,9 +131,10 @@ def with_scores(result: dict, y_true: np.ndarray, num_classes: int, *,
 def warm_up() -> int:
     """Import what :func:`fit_predict` runs on (torch, the models, the training loop,
     and the ``torch._inductor`` config that ``torch.use_deterministic_algorithms``
-    imports: 1.1 s of its own), so that a Ray worker that ran this starts its first fold
-    training without the 4-5 s of imports a new worker pays (measured on a 2-core CPU
-    machine). Returns the worker's process id."""
+    imports: 0.7-1.1 s of its own), so that a Ray worker that ran this starts its first
+    fold training without the imports a new worker pays (measured on a 2-core CPU machine:
+    4-5 s while the fold task also imported scikit-learn, about 2 s since). Returns the
+    worker's process id."""
     import os
 
     import automl.models  # noqa: F401
