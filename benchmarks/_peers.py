@@ -6,8 +6,10 @@ method returns the same event log.
 ``automl``         this project's default: ``make_sampler`` (TPE, constant liar) in
                    ``StudySearch`` (a stopped trial told PRUNED) + ``make_policy``
                    (``RungPolicy``: ASHA, grace 1, reduction factor 3, rank cutoff, 2
-                   brackets whose start rung adapts: ``scheduler.brackets: auto``), built from an
-                   ``automl.spec.Experiment`` as ``automl.search`` builds them; study in memory
+                   brackets whose start rung adapts, 12 probe trials, one bracket once the
+                   start rung's Spearman is 0.8: ``scheduler.brackets: auto``), built from
+                   an ``automl.spec.Experiment`` as ``automl.search`` builds them; study in
+                   memory
 ``automl[k=v+..]`` the same with spec or policy knobs changed (:data:`KNOBS`; ``bohb=1``
                    wraps the sampler in :class:`HighestRungSampler`)
 ``random``         random search (Optuna's ``RandomSampler`` in ``StudySearch``), every trial
@@ -46,12 +48,19 @@ from benchmarks._events import Job, checkpoints
 PEERS = ("random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh", "syne_asha",
          "syne_bohb", "dehb", "smac")
 METHODS = ("automl", *PEERS)
-#: extra rows of ours: the default before this one (fixed brackets, the quantile cutoff)
-#: and what the defaults were chosen against
-VARIANTS = ("automl[brackets=2+cutoff=quantile]", "automl[cutoff=quantile]",
-            "automl[brackets=2]", "automl[brackets=1]", "automl[min_corr=0.3]",
-            "automl[min_corr=0.7]", "automl[min_pairs=8]", "automl[brackets=3+adaptive=1]",
-            "automl[n_startup=4]",
+#: extra rows of ours: the defaults before this one (adaptive without probes or
+#: narrowing: ``probe=0+narrow=off``; fixed brackets with the quantile cutoff) and what the
+#: defaults were chosen against (``automl[probe=12]`` is the default itself, run under its
+#: own label as a check)
+VARIANTS = ("automl[probe=0+narrow=off]", "automl[probe=12]",
+            "automl[probe=0]", "automl[probe=5]", "automl[probe=8]", "automl[probe=16]",
+            "automl[probe=24]", "automl[probe=5+narrow=off]", "automl[probe=8+narrow=off]",
+            "automl[probe=5+narrow=0.9]", "automl[probe=8+narrow=0.7]",
+            "automl[probe=5+prate=0.2]",
+            "automl[brackets=2+cutoff=quantile]", "automl[cutoff=quantile+probe=0+narrow=off]",
+            "automl[brackets=2]", "automl[brackets=1]", "automl[min_corr=0.3+probe=0+narrow=off]",
+            "automl[min_corr=0.7+probe=0+narrow=off]", "automl[min_pairs=8+probe=0+narrow=off]",
+            "automl[brackets=3+adaptive=1]", "automl[n_startup=4+probe=0+narrow=off]",
             "automl[brackets=1+cutoff=quantile]", "automl[brackets=3+cutoff=quantile]",
             "automl[brackets=4+cutoff=quantile]",
             "automl[brackets=1+n_startup=4+cutoff=quantile]",
@@ -65,9 +74,12 @@ _INSTALL = "make bench-setup installs it"
 SPEC_KNOBS = ("brackets", "n_startup", "sampler", "grace", "rf", "cutoff")
 #: the rung policy's adaptive-bracket settings: knob -> (``RungPolicy`` keyword, how its
 #: text is read); naming one passes it to ``make_policy`` (``adaptive=1`` with an explicit
-#: ``brackets`` count: an adaptive window of that many brackets)
+#: ``brackets`` count: an adaptive window of that many brackets; ``probe``, ``narrow``
+#: (``off``: never narrows) and ``prate``: the probes and narrowing of adaptive brackets)
 POLICY_KNOBS = {"adaptive": ("adaptive", lambda v: v not in ("0", "false")),
-                "min_corr": ("min_correlation", float), "min_pairs": ("min_pairs", int)}
+                "min_corr": ("min_correlation", float), "min_pairs": ("min_pairs", int),
+                "probe": ("probe_trials", int), "prate": ("probe_rate", float),
+                "narrow": ("narrow_at", lambda v: None if v == "off" else float(v))}
 KNOBS = (*SPEC_KNOBS, *POLICY_KNOBS, "bohb")
 #: ``automl[k=v+k=v]``
 VARIANT_PATTERN = re.compile(r"^automl\[(\w+=[\w.]+(?:\+\w+=[\w.]+)*)\]$")

@@ -60,7 +60,7 @@ def _one(tree: Path, label: str, work: Path) -> dict:
             "load_start": round(load, 2), "trials": s["trials"],
             "best_val": (s.get("best") or {}).get("val", {}).get("val_accuracy"),
             "test_accuracy": (s.get("test") or {}).get("accuracy"),
-            "start_epoch": rungs.get("start_epoch")}
+            "start_epoch": rungs.get("start_epoch"), "narrowed": rungs.get("narrowed")}
 
 
 def main(argv: list[str] | None = None) -> int:

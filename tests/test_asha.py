@@ -84,6 +84,12 @@ def test_minimising_and_missing_values():
       "min_pairs": 2}, "min_pairs must be >= 3"),
     ({"grace_period": 1, "reduction_factor": 3, "max_t": 9, "adaptive": True,
       "min_correlation": 1.5}, r"min_correlation must be within -1..1"),
+    ({"grace_period": 1, "reduction_factor": 3, "max_t": 9, "adaptive": True,
+      "probe_trials": -1}, "probe_trials must be >= 0"),
+    ({"grace_period": 1, "reduction_factor": 3, "max_t": 9, "adaptive": True,
+      "narrow_at": 1.5}, r"narrow_at must be within -1..1"),
+    ({"grace_period": 1, "reduction_factor": 3, "max_t": 9, "adaptive": True,
+      "probe_rate": 1.0}, r"probe_rate must be within 0..1"),
 ])
 def test_bad_arguments_say_what_must_hold(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -282,3 +288,65 @@ def test_adaptive_brackets_never_start_at_max_t():
     assert p.start == 1 and p.summary()["start_epoch"] == 6
     weights = [w for w, _ in p.bracket_weights()]
     assert weights[0] == 0 and weights[1] > weights[2] > 0
+
+
+def test_probes_measure_the_first_rung_from_the_start_and_a_good_rung_narrows_the_window():
+    """The first 6 trials pass epoch 1 unjudged (bracket 1), so epoch 1's correlation with
+    epoch 3 is known after 6 trials; it ranks well here, so the window narrows to bracket
+    0 with 10% of new trials still probing, and decides as plain ASHA for the rest."""
+    quality, rng = _quality(6)
+    value = {(t, e): quality[t] * (1 - 0.5 ** e) + rng.gauss(0, 0.01)
+             for t in quality for e in (1, 3, 9, 27)}
+    p = RungPolicy(1, 3, 27, brackets=2, seed=0, adaptive=True, probe_trials=6,
+                   narrow_at=0.8, probe_rate=0.1)
+    assert not p.narrowed
+    _feed(p, 6, lambda t, e: value[t, e])
+    probes = [f"t{i}" for i in range(6)]
+    assert all(p.bracket_of(t) == 1 for t in probes) and p.recorded(0)[1] == {}
+    rho, pairs = p.rung_correlation(0)
+    assert pairs == 6 and rho >= 0.8
+    assert p.narrowed and p.start == 0
+    assert [w for w, _ in p.bracket_weights()] == pytest.approx([0.9, 0.1, 0, 0])
+    assert p.summary()["narrowed"] is True and p.summary()["probe_trials"] == 6
+    assert p.note() == ("rungs  one bracket from epoch 1: it ranked trials well for the next "
+                        f"rung (epoch 1 vs 3: Spearman {rho:.2f} over 6 trials); 10% of "
+                        "trials still pass it unjudged")
+    _feed(p, 200, lambda t, e: value[t, e])
+    later = [f"t{i}" for i in range(6, 200)]
+    share = sum(p.bracket_of(t) == 1 for t in later) / len(later)
+    assert 0.04 < share < 0.17 and all(p.bracket_of(t) in (0, 1) for t in later)
+    # without narrowing the 2-bracket window puts about 12/39 of trials in bracket 1
+    wide = RungPolicy(1, 3, 27, brackets=2, seed=0, adaptive=True, probe_trials=6)
+    _feed(wide, 200, lambda t, e: value[t, e])
+    assert not wide.narrowed
+    assert sum(wide.bracket_of(t) == 1 for t in later) / len(later) > 0.2
+    # rebuilt from its events, a narrowed policy is the same policy
+    events = []
+    first = RungPolicy(1, 3, 27, brackets=2, seed=0, adaptive=True, probe_trials=6,
+                       narrow_at=0.8)
+
+    def record(t, e):
+        events.append((t, e, value[t, e]))
+        return value[t, e]
+    _feed(first, 60, record)
+    rebuilt = RungPolicy.from_events(events, grace_period=1, reduction_factor=3, max_t=27,
+                                     brackets=2, seed=0, adaptive=True, probe_trials=6,
+                                     narrow_at=0.8)
+    assert rebuilt.narrowed and first.narrowed
+    assert all(rebuilt.bracket_of(f"t{i}") == first.bracket_of(f"t{i}") for i in range(60))
+    assert all(rebuilt.stopped_at(f"t{i}") == first.stopped_at(f"t{i}") for i in range(60))
+
+
+def test_probes_move_the_window_off_a_noise_rung_without_narrowing_it():
+    """Epoch 1 is noise: the probes show it at once, the window starts at epoch 3 after
+    the probes, and a poor rung never narrows the window."""
+    quality, rng = _quality(7)
+    noise = {t: rng.random() for t in quality}
+    p = RungPolicy(1, 3, 27, brackets=2, seed=1, adaptive=True, probe_trials=8,
+                   narrow_at=0.8)
+    _feed(p, 8, lambda t, e: noise[t] if e == 1 else quality[t] * (1 - 0.5 ** e))
+    rho, pairs = p.rung_correlation(0)
+    assert pairs == 8 and rho < 0.5 and p.start == 1
+    assert p.recorded(0)[1] == {}  # no trial was judged at epoch 1
+    assert p.note().startswith("rungs  brackets start at epoch 3: the epochs below ranked "
+                               "trials poorly for the next rung (epoch 1 vs 3: Spearman")

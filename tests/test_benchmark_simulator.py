@@ -243,6 +243,11 @@ def test_variants_set_the_rung_policys_cutoff_and_adaptive_settings():
     assert (tuned.adaptive, tuned.min_correlation, tuned.min_pairs) == (True, 0.3, 8)
     wide = make_runner("automl[brackets=3+adaptive=1]", p, 0).policy
     assert (wide.adaptive, wide.width, wide.cutoff) == (True, 3, "rank")
+    assert (default.probe_trials, default.narrow_at, default.probe_rate) == (12, 0.8, 0.1)
+    old = make_runner("automl[probe=0+narrow=off]", p, 0).policy
+    assert (old.adaptive, old.probe_trials, old.narrow_at) == (True, 0, None)
+    probed = make_runner("automl[probe=5+narrow=0.9+prate=0.2]", p, 0).policy
+    assert (probed.probe_trials, probed.narrow_at, probed.probe_rate) == (5, 0.9, 0.2)
     # the peer "random + ASHA" stays Ray Tune's plain ASHA
     plain = make_runner("random_asha", p, 0).policy
     assert (plain.cutoff, plain.adaptive, plain.width) == ("quantile", False, 1)

@@ -42,13 +42,14 @@ def test_simulation_replays_ray_tune_report_by_report(ray_cluster, tmp_path):
     assert len(real) == len(sim) == 60
     assert [r[:2] for r in real] == [s[:2] for s in sim]
     assert [r[2] for r in real] == pytest.approx([s[2] for s in sim], abs=1e-12)
-    # ASHA (grace 1, rf 3, max 9) stopped some trials at rung 1 or 3 and let others run on
+    # ASHA (grace 1, rf 3, max 9) stopped some trials at a rung and let others run on (the
+    # first 12 trials probe epoch 1 unjudged, so within 60 epochs the stops are at epoch 3)
     ends = {}
     for trial, epoch, _ in sim:
         ends[trial] = epoch
     last = max(ends)
     finished = [e for t, e in ends.items() if t != last]  # the last one hit the budget
-    assert set(finished) <= {1, 3, 9} and 1 in finished and len(ends) > 60 // 9
+    assert set(finished) <= {1, 3, 9} and min(finished) < 9 and len(ends) > 60 // 9
 
 
 def test_budget_is_counted_in_epochs_and_random_without_asha_trains_fully():

@@ -211,3 +211,5 @@ def test_brackets_default_to_two_when_the_rungs_allow(scheduler, search, expecte
     # fixed: the brackets that run; adaptive: one per rung, of which `expected` at once
     assert len(policy.brackets) == (3 if adaptive else expected)
     assert sum(w > 0 for w, _ in policy.bracket_weights()) == expected
+    # adaptive: probes and narrowing at the product's defaults; fixed brackets: neither
+    assert (policy.probe_trials, policy.narrow_at) == ((12, 0.8) if adaptive else (0, None))
