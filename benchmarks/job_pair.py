@@ -102,9 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                               r["compression"], r["load_start"]] for r in rows]))
     res.tables.append(Table("what each sweep found", [
         "pair", "checkout", "best val accuracy", "test accuracy", "trials completed",
-        "stopped early", "brackets start at epoch"],
+        "stopped early", "brackets start at epoch", "one bracket"],
         [[r["pair"], r["label"], r["best_val"], r["test_accuracy"],
-          r["trials"].get("completed"), r["trials"].get("stopped_early"), r["start_epoch"]]
+          r["trials"].get("completed"), r["trials"].get("stopped_early"), r["start_epoch"],
+          r.get("narrowed")]
          for r in rows]))
     res.tables.append(Table("medians", ["checkout", *KEYS],
                             [[label, *(med[label][k] for k in KEYS)] for label in trees]))
