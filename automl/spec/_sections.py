@@ -503,11 +503,14 @@ class SchedulerSpec(_Strict):
     runs 2 brackets when there are at least 2 rungs, else 1 (plain ASHA), and with one
     objective lets them start at a higher rung when the lower one is measured to rank
     trials poorly for the next (``RungPolicy(adaptive=True)``: Spearman's rho below 0.5
-    over at least 5 trials not judged there). With the rank cutoff it had the lowest sum
-    of average ranks over the search-quality suite's four settings (sequential and 4
-    workers, 10 and 30 full trainings) of the candidates run there: 1 to 4 fixed brackets,
-    either cutoff, start-up counts, the adaptive window's width and thresholds
-    (``benchmarks/results/search_quality.md``). An explicit count runs fixed brackets
+    over at least 5 trials not judged there); the first 12 trials probe that rung (pass it
+    unjudged) so its correlation is known early, and where it ranks well (rho at least
+    0.8) the window narrows to one bracket, 10% of trials still probing
+    (``automl.search.make_policy``). With the rank cutoff it had the lowest sum of average
+    ranks over the search-quality suite's four settings (sequential and 4 workers, 10 and
+    30 full trainings) of the candidates run there: 1 to 4 fixed brackets, either cutoff,
+    start-up counts, the adaptive window's width and thresholds, probe counts 0 to 24 and
+    narrowing thresholds 0.7 to 0.9 (``benchmarks/results/search_quality.md``). An explicit count runs fixed brackets
     (``brackets: 1`` is plain ASHA).
 
     ``cutoff``: how "the top 1/reduction_factor at a rung" is read with one objective.
