@@ -19,7 +19,6 @@ import os
 import sys
 import time
 from multiprocessing import get_context
-from pathlib import Path
 
 from benchmarks._common import RESULTS, Result, Table, machine, write
 
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 totals[b][1] += pr["losses"]
                 row.append(f"{pr['wins']}-{pr['losses']}-{pr['ties']}")
             rows.append(row)
-        rows.append(["all", *(f"{w}-{l}" for w, l in totals.values())])
+        rows.append(["all", *(f"{won}-{lost}" for won, lost in totals.values())])
         res.tables.append(Table(
             f"{'sequential' if workers == 1 else f'{workers} asynchronous workers'}: "
             f"{args.a} against {args.b}, paired by seed (wins-losses-ties of {args.a})",
