@@ -97,7 +97,8 @@ def _search(c: CardInput) -> list[str]:
             sched += (f"; {rungs['brackets']} bracket(s), {sch.get('cutoff', 'rank')} cutoff, "
                       f"rungs at epochs {', '.join(map(str, rungs['rungs']))}")
             if rungs.get("adaptive"):
-                sched += f", brackets starting at epoch {rungs['start_epoch']} at the end"
+                sched += (f", {'one bracket' if rungs.get('narrowed') else 'brackets'} "
+                          f"starting at epoch {rungs['start_epoch']} at the end")
     rows = [["trials", f"{trials.get('total', '-')} of {s.get('num_samples', '-')} requested"
                        + (f" ({ended})" if ended else "")],
             ["sampler", f"{s.get('sampler', '-')} (Optuna), seed {s.get('seed', '-')}"],

@@ -145,7 +145,7 @@ def fake_run(tmp_path: Path, with_compression: bool) -> tuple[Path, dict, torch.
                           "checkpoint": str(run_dir / "best" / "model.pt")},
                "cv": cv, "test": {"accuracy": 0.95},
                "search": {"rungs": {"rungs": [1, 3, 9], "brackets": 2, "adaptive": True,
-                                    "start_epoch": 3}}}
+                                    "start_epoch": 3, "narrowed": True}}}
     if with_compression:
         from automl.compress import export_model
 
@@ -199,7 +199,7 @@ def test_register_run_records_lineage_of_winner_and_compressed_models(reg, tmp_p
         assert f"# {v.ref}" in v.card.read_text() and "```python" in v.card.read_text()
     assert "digits-01_distill@1" in child.card.read_text() and "digits@1" in child.card.read_text()
     # the search section says how the rung policy ran and where its brackets ended up
-    assert ("2 bracket(s), rank cutoff, rungs at epochs 1, 3, 9, brackets starting at epoch 3"
+    assert ("2 bracket(s), rank cutoff, rungs at epochs 1, 3, 9, one bracket starting at epoch 3"
             in win.card.read_text())
 
 

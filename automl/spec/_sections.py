@@ -510,8 +510,8 @@ class SchedulerSpec(_Strict):
     ranks over the search-quality suite's four settings (sequential and 4 workers, 10 and
     30 full trainings) of the candidates run there: 1 to 4 fixed brackets, either cutoff,
     start-up counts, the adaptive window's width and thresholds, probe counts 0 to 24 and
-    narrowing thresholds 0.7 to 0.9 (``benchmarks/results/search_quality.md``). An explicit count runs fixed brackets
-    (``brackets: 1`` is plain ASHA).
+    narrowing thresholds 0.7 to 0.9 (``benchmarks/results/search_quality.md``). An
+    explicit count runs fixed brackets (``brackets: 1`` is plain ASHA).
 
     ``cutoff``: how "the top 1/reduction_factor at a rung" is read with one objective.
     ``rank`` (the default): a trial continues when it is within the top ``max(1,
