@@ -5,7 +5,8 @@ A default is chosen by its average rank on the search-quality suite's seeds 0-19
 This re-runs two methods on fresh seeds (20-29 by default), every suite problem, sequential
 and 4 workers, and counts paired wins at 10 and 30 full trainings (the best score seen at
 full fidelity, as the suite's regret). Peers are not re-run: SMAC and BOHB would take most
-of an hour here.
+of an hour here. Our cells do not depend on ``PYTHONHASHSEED`` (only SMAC3's do), so unlike
+``python -m benchmarks`` this does not re-execute itself with it.
 
 ``python -m benchmarks.sq_fresh_seeds [--a automl] [--b automl[probe=0+narrow=off]]
 [--first 20] [--seeds 10] [--jobs 2]`` writes ``benchmarks/results/sq_fresh_seeds.{json,md}``;
@@ -15,8 +16,6 @@ its cells are cached in ``benchmarks/results/sq_fresh_seeds_cells/``.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 from multiprocessing import get_context
 
@@ -39,10 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=10, help="how many seeds")
     ap.add_argument("--jobs", type=int, default=2, help="cells run at once")
     args = ap.parse_args(argv)
-    if os.environ.get("PYTHONHASHSEED") != "0":  # as search_quality: reproducible cells
-        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.sq_fresh_seeds",
-                                   *(argv or sys.argv[1:])], {**os.environ,
-                                                              "PYTHONHASHSEED": "0"})
     from benchmarks import _sqstats as st
     from benchmarks._problems import SUITE, load
     from benchmarks.search_quality import Cells
