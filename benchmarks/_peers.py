@@ -64,14 +64,16 @@ VARIANTS = ("automl[probe=0+narrow=off]", "automl[probe=12]",
             "automl[brackets=1+cutoff=quantile]", "automl[brackets=3+cutoff=quantile]",
             "automl[brackets=4+cutoff=quantile]",
             "automl[brackets=1+n_startup=4+cutoff=quantile]",
-            "automl[brackets=2+n_startup=4+cutoff=quantile]")
+            "automl[brackets=2+n_startup=4+cutoff=quantile]",
+            "automl[rfrac=0.2]", "automl[rfrac=0.33]")
 #: methods that need no benchmark-only package (the quick path, CI)
 CORE = ("automl", "random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh")
 _INSTALL = "make bench-setup installs it"
 
 
-#: spec knobs of a variant (:func:`experiment`), and ``bohb`` (:class:`HighestRungSampler`)
-SPEC_KNOBS = ("brackets", "n_startup", "sampler", "grace", "rf", "cutoff")
+#: spec knobs of a variant (:func:`experiment`; ``rfrac`` is ``search.random_fraction``),
+#: and ``bohb`` (:class:`HighestRungSampler`)
+SPEC_KNOBS = ("brackets", "n_startup", "sampler", "grace", "rf", "cutoff", "rfrac")
 #: the rung policy's adaptive-bracket settings: knob -> (``RungPolicy`` keyword, how its
 #: text is read); naming one passes it to ``make_policy`` (``adaptive=1`` with an explicit
 #: ``brackets`` count: an adaptive window of that many brackets; ``probe``, ``narrow``
@@ -88,9 +90,9 @@ VARIANT_PATTERN = re.compile(r"^automl\[(\w+=[\w.]+(?:\+\w+=[\w.]+)*)\]$")
 def experiment(problem, seed: int, sampler: str = "tpe", asha: bool = True,
                **knobs: Any):
     """The spec our search is built from: ``search`` (``sampler``, ``seed``, and
-    ``n_startup`` when given) and ``scheduler`` (ASHA, grace 1, reduction factor 3 up to
-    ``max_t``; ``brackets``, ``grace`` and ``rf`` when given); everything else the spec's
-    defaults.
+    ``n_startup`` and ``rfrac`` when given) and ``scheduler`` (ASHA, grace 1, reduction
+    factor 3 up to ``max_t``; ``brackets``, ``grace`` and ``rf`` when given); everything
+    else the spec's defaults.
 
     Raises:
         ValueError: a knob not in :data:`SPEC_KNOBS`.
@@ -102,6 +104,8 @@ def experiment(problem, seed: int, sampler: str = "tpe", asha: bool = True,
               "metric": "val_accuracy"}
     if "n_startup" in knobs:
         search["n_startup_trials"] = int(knobs.pop("n_startup"))
+    if "rfrac" in knobs:
+        search["random_fraction"] = float(knobs.pop("rfrac"))
     scheduler = {"type": "asha" if asha else "none",
                  "grace_period": int(knobs.pop("grace", 1)),
                  "reduction_factor": float(knobs.pop("rf", 3)), "max_epochs": problem.max_t}

@@ -26,9 +26,12 @@ shim, applied here before ``yahpo_gym`` is imported (see the data folder's READM
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import io
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +64,14 @@ def _yahpo():
                                 "and rbv2_xgboost/ there; see /work/shared/benchmarks/yahpo)")
     import warnings
 
-    local_config.init_config()
-    local_config.set_data_path(str(DATA))
+    # A settings file of this process's own: yahpo-gym's default (~/.config/yahpo_gym) is
+    # rewritten by every process that points it at the data, and a process reading it
+    # while another truncates it failed (two benchmark workers starting together).
+    fd, own = tempfile.mkstemp(prefix="yahpo_gym-", suffix=".yaml")
+    os.close(fd)
+    atexit.register(os.remove, own)
+    local_config.settings_path = Path(own)
+    local_config.init_config(data_path=str(DATA))
     warnings.filterwarnings("ignore", module="ConfigSpace")
     return benchmark_set
 

@@ -12,7 +12,12 @@ Methods, each run to the same budget in epochs (``budget_full`` full trainings o
 * ``nsga2``: Optuna's ``NSGAIISampler`` (population 50), no early stopping;
 * ``random``: random search, no early stopping;
 * ``syne_tune_moasha``: Syne Tune 0.16's ``MOASHA`` (random configurations, its
-  non-dominated-sort priority), when syne-tune is installed (``make bench-setup``).
+  non-dominated-sort priority), when syne-tune is installed (``make bench-setup``);
+* full mode only, extra rows: ``ours[k=v+..]`` (:data:`VARIANTS`), ours with spec knobs
+  changed, the candidates tried for its default, each compared with the peers as ours is.
+
+With 20 seeds or more (a multiple of 10) a table gives ours' paired wins against the best
+peer of each block of 10 seeds: how much the goal's "8 of 10" moves with the seeds.
 
 Every method runs through the same loop: a trial reports at each rung epoch (the only
 epochs a rung policy judges) and at ``max_t``; the budget is charged in epochs as the
@@ -41,6 +46,7 @@ sampler and the bracket draw. ``python -m benchmarks --only multi_objective [--s
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 import zlib
@@ -56,6 +62,13 @@ NAME = "multi_objective"
 TITLE = "Multi-objective search: hypervolume against budget (YAHPO LCBench, rbv2_xgboost)"
 METHODS = ("ours", "motpe", "nsga2", "random", "syne_tune_moasha")
 PEERS = METHODS[1:]
+#: extra rows of ours in the full run, each the default with spec knobs changed
+#: (``brackets``, ``n_startup``, ``rfrac``: ``search.random_fraction``, ``sampler``): the
+#: candidates tried for the default, compared with the peers as ours is
+VARIANTS = ("ours[brackets=1]", "ours[n_startup=5]", "ours[rfrac=0.2]", "ours[rfrac=0.33]",
+            "ours[sampler=random]")
+_VARIANT = re.compile(r"^ours\[((?:brackets|n_startup|rfrac|sampler)=[\w.]+"
+                      r"(?:\+(?:brackets|n_startup|rfrac|sampler)=[\w.]+)*)\]$")
 FRACTIONS = (0.1, 0.2, 1 / 3, 0.5, 0.75, 1.0)
 
 
@@ -113,6 +126,16 @@ def problems() -> list[Problem]:
 
     return [Problem("lcbench", "LCBench 168331 (val_accuracy vs params)", lc, lc_eval, 52, 2),
             Problem("rbv2_xgboost", "rbv2_xgboost 1590 (acc vs timepredict)", xgb, xgb_eval, 27, 1)]
+
+
+def lcbench_problem() -> Problem:
+    """The LCBench problem of :func:`problems` (a worker process's factory)."""
+    return problems()[0]
+
+
+def rbv2_problem() -> Problem:
+    """The rbv2_xgboost problem of :func:`problems` (a worker process's factory)."""
+    return problems()[1]
 
 
 class DigitsResNet:
@@ -207,16 +230,30 @@ def digits_problem() -> Problem:
                    d.max_t, d.grace)
 
 
-def _experiment(p: Problem, sampler: str, seed: int, asha: bool):
+def _experiment(p: Problem, sampler: str, seed: int, asha: bool, knobs: dict | None = None):
+    """The spec of a run: ``sampler`` with 10 start-up trials, ASHA (or none) on ``p``'s
+    rungs; ``knobs`` (a variant's, see :data:`VARIANTS`) change it."""
     from automl.spec import Experiment
 
+    knobs = knobs or {}
+    scheduler = {"type": "asha" if asha else "none", "grace_period": p.grace,
+                 "reduction_factor": p.rf, "max_epochs": p.max_t}
+    if "brackets" in knobs:
+        scheduler["brackets"] = int(knobs["brackets"])
     return Experiment.model_validate({
         "name": p.name, "training": {"epochs": p.max_t},
-        "search": {"sampler": sampler, "seed": seed, "n_startup_trials": 10,
+        "search": {"sampler": knobs.get("sampler", sampler), "seed": seed,
+                   "n_startup_trials": int(knobs.get("n_startup", 10)),
+                   "random_fraction": float(knobs.get("rfrac", 0.0)),
                    "objectives": [{"metric": "val_accuracy", "mode": "max"},
                                   {"metric": "params", "mode": "min"}]},
-        "scheduler": {"type": "asha" if asha else "none", "grace_period": p.grace,
-                      "reduction_factor": p.rf, "max_epochs": p.max_t}})
+        "scheduler": scheduler})
+
+
+def variant_knobs(method: str) -> dict[str, str] | None:
+    """``ours[k=v+k=v]`` as ``{k: v}``; None for any other name."""
+    m = _VARIANT.match(method)
+    return None if m is None else dict(kv.split("=", 1) for kv in m.group(1).split("+"))
 
 
 def _checkpoints(p: Problem, policy) -> list[int]:
@@ -225,15 +262,20 @@ def _checkpoints(p: Problem, policy) -> list[int]:
 
 
 def run_core(p: Problem, method: str, seed: int, budget: int) -> list[tuple[int, float, float]]:
-    """One run of a method through the project's StudySearch (+ RungPolicy for ``ours``).
+    """One run of a method through the project's StudySearch (+ RungPolicy for ``ours`` and
+    its variants).
     Returns ``[(epochs spent when it finished, accuracy, cost)]`` of the trials trained
     to ``max_t``, in order."""
     import optuna
 
     from automl.search import STOP, StudySearch, make_policy, make_sampler
 
-    sampler = {"ours": "tpe", "motpe": "tpe", "nsga2": "nsga2", "random": "random"}[method]
-    exp = _experiment(p, sampler, seed, asha=method == "ours")
+    knobs = variant_knobs(method)
+    if knobs is not None:
+        exp = _experiment(p, "tpe", seed, asha=True, knobs=knobs)
+    else:
+        sampler = {"ours": "tpe", "motpe": "tpe", "nsga2": "nsga2", "random": "random"}[method]
+        exp = _experiment(p, sampler, seed, asha=method == "ours")
     policy = make_policy(exp)
     search = StudySearch(p.bench.space, optuna.storages.InMemoryStorage(), p.name,
                          make_sampler(exp.search), mode=("max", "min"), num_samples=10**6,
@@ -401,7 +443,7 @@ def compare(p: Problem, seeds: int, budget_full: int, methods: list[str], *,
                     f"({budget_full} full trainings = {budget} epochs, {seeds} seeds)",
                     ["method", *[f"{f:.2g}" for f in FRACTIONS], "median trials at max_t"],
                     rows)]
-    peers = [m for m in methods if m != "ours"]
+    peers = [m for m in methods if m != "ours" and variant_knobs(m) is None]
     pair_rows, goals = [], []
     for i, at in ((third, "1/3"), (full, "full")):
         best = max(peers, key=lambda m, i=i: med[m][i])
@@ -415,6 +457,34 @@ def compare(p: Problem, seeds: int, budget_full: int, methods: list[str], *,
     tables.append(Table(f"{p.label}: ours against the best peer (paired by seed)",
                         ["budget", "best peer", "ours median", "peer median", "ours wins"],
                         pair_rows))
+    if seeds >= 20 and seeds % 10 == 0:  # how much the 8-of-10 goal moves with the seeds
+        blocks = [range(b, b + 10) for b in range(0, seeds, 10)]
+        rows = []
+        for i, at in ((third, "1/3"), (full, "full")):
+            row = [at]
+            for blk in blocks:
+                bmed = {m: statistics.median(curves[m][s][i] for s in blk) for m in methods}
+                best = max(peers, key=lambda m: bmed[m])
+                wins = sum(curves["ours"][s][i] > curves[best][s][i] for s in blk)
+                row.append(f"{wins}/10 vs {best}{'' if bmed['ours'] > bmed[best] else ' (median below)'}")
+            rows.append(row)
+        tables.append(Table(f"{p.label}: ours against the best peer of each block of 10 seeds",
+                            ["budget", *[f"seeds {b[0]}-{b[-1]}" for b in blocks]], rows))
+    variants = [m for m in methods if variant_knobs(m) is not None]
+    if variants:
+        rows = []
+        for m in ["ours", *variants]:
+            row = [m]
+            for i in (third, full):
+                best = max(peers, key=lambda b, i=i: med[b][i])
+                fewest = min(sum(curves[m][s][i] > curves[b][s][i] for s in range(seeds))
+                             for b in peers)
+                row += [med[m][i], f"{fewest}/{seeds}"]
+            rows.append(row)
+        tables.append(Table(
+            f"{p.label}: ours and the candidates tried for it (fewest paired wins against "
+            "any peer)", ["method", "1/3 median", "1/3 fewest wins", "full median",
+                          "full fewest wins"], rows))
     data = {"curves": curves, "normalisation": {"lo": lo.tolist(), "hi": hi.tolist()},
             "points_at_max_t": {m: [[list(map(float, x)) for x in r] for r in runs[m]]
                                 for m in methods}, "wall_s": wall}
@@ -445,9 +515,12 @@ def run(quick: bool, ctx: dict) -> Result:
     seeds = ctx.get("seeds") or (2 if quick else 10)
     budget_full = 6 if quick else 40
     methods, st_missing = _methods()
+    methods += [] if quick else list(VARIANTS)
     tables, goals, data, wall = [], [], {}, {}
-    for p in probs:
-        t, g, d, w = compare(p, seeds, budget_full, methods)
+    for p, make in zip(probs, (lcbench_problem, rbv2_problem)):
+        # the runs are deterministic in their seed: 2 worker processes change only the wall
+        t, g, d, w = compare(p, seeds, budget_full, methods, workers=1 if quick else 2,
+                             make=make)
         tables += t
         goals += g
         data[p.name], wall[p.name] = d, w

@@ -228,3 +228,18 @@ def test_study_ask_quick_times_three_storages_on_the_same_proposals():
     rows = {r[0]: r for r in result.tables[0].rows}
     assert set(rows) == set(study_ask.STORAGES)
     assert all(r[1] > 0 and r[4] >= 0 and r[5] > 0 for r in rows.values())  # ask, report, end
+
+
+def test_multi_objective_variants_change_the_spec_of_ours():
+    from benchmarks.multi_objective import VARIANTS, Problem, _experiment, variant_knobs
+
+    assert variant_knobs("ours") is None and variant_knobs("ours[lr=1]") is None
+    knobs = variant_knobs("ours[rfrac=0.2+brackets=1]")
+    assert knobs == {"rfrac": "0.2", "brackets": "1"}
+    p = Problem("p", "p", None, None, 27, 1)
+    exp = _experiment(p, "tpe", 3, asha=True, knobs=knobs)
+    assert exp.search.random_fraction == 0.2 and exp.bracket_count() == 1
+    assert exp.search.seed == 3 and exp.search.n_startup_trials == 10
+    base = _experiment(p, "tpe", 3, asha=True)
+    assert base.search.random_fraction == 0.0 and base.bracket_count() == 2
+    assert all(variant_knobs(v) for v in VARIANTS)

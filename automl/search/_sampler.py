@@ -3,12 +3,97 @@ depend on Optuna's version defaults (FIELD-NOTES: Optuna 5 changed TPE's)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
 
 from automl.spec import SearchSpec
 
+#: samplers that fit a model to past trials, so interleaving random ones changes them
+MODEL_SAMPLERS = ("tpe", "multivariate_tpe", "gp", "cmaes")
 
-def make_sampler(search: SearchSpec, seed: int | None = None) -> optuna.samplers.BaseSampler:
+
+class RandomInterleave(BaseSampler):
+    """``inner`` with a share ``fraction`` of trials drawn uniformly at random instead:
+    random interleaving, as SMAC (Hutter et al. 2011, "Sequential Model-Based Optimization
+    for General Algorithm Configuration") and BOHB (Falkner et al. 2018, its
+    ``random_fraction`` of 1/3) keep a model-based search exploring.
+
+    Whether trial ``n`` is random depends only on ``(seed, n)`` (a fresh
+    ``numpy.random.default_rng([seed, n])`` draw below ``fraction``), so a resumed or
+    replayed study makes the same choice. Trials numbered below ``after`` (the inner
+    sampler's start-up trials, random anyway) are left to ``inner``. Every trial, random
+    or not, is passed to ``inner``'s ``before_trial``/``after_trial`` hooks and is in the
+    study ``inner`` models, so the model learns from the random ones too.
+
+    Raises:
+        ValueError: ``fraction`` outside [0, 1).
+    """
+
+    def __init__(self, inner: BaseSampler, fraction: float, seed: int | None, after: int = 0):
+        if not 0.0 <= fraction < 1.0:
+            raise ValueError(f"random fraction {fraction}: must be in [0, 1)")
+        self.inner, self.fraction, self.after = inner, fraction, after
+        self._seed = 0 if seed is None else int(seed)
+        self._random = RandomSampler(seed=seed)
+
+    def is_random(self, number: int) -> bool:
+        """Whether trial ``number`` is drawn at random (deterministic in seed and number)."""
+        if number < self.after or self.fraction <= 0.0:
+            return False
+        return bool(np.random.default_rng([self._seed, number]).random() < self.fraction)
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
+        self._random.reseed_rng()
+
+    def infer_relative_search_space(self, study: Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if self.is_random(trial.number):
+            return {}
+        return self.inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if self.is_random(trial.number):
+            return {}
+        return self.inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        chosen = self._random if self.is_random(trial.number) else self.inner
+        return chosen.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self.inner.before_trial(study, trial)
+
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState,
+                    values: list[float] | None) -> None:
+        self.inner.after_trial(study, trial, state, values)
+
+
+def make_sampler(search: SearchSpec, seed: int | None = None) -> BaseSampler:
+    """:func:`base_sampler`, wrapped in :class:`RandomInterleave` when
+    ``search.random_fraction`` > 0 and the sampler fits a model (:data:`MODEL_SAMPLERS`),
+    seeded with ``seed`` (default ``search.seed``).
+
+    Raises:
+        ValueError: an unknown sampler name.
+    """
+    inner = base_sampler(search, seed)
+    if search.random_fraction > 0 and search.sampler in MODEL_SAMPLERS:
+        seed = search.seed if seed is None else seed
+        return RandomInterleave(inner, search.random_fraction, seed,
+                                after=search.n_startup_trials)
+    return inner
+
+
+def base_sampler(search: SearchSpec, seed: int | None = None) -> BaseSampler:
     """The sampler ``search.sampler`` names, seeded with ``seed`` (default ``search.seed``).
 
     Constraints reach the samplers that model them (TPE, NSGA-II, GP) through each

@@ -413,6 +413,9 @@ class SearchSpec(_Strict):
     objectives: list[ObjectiveSpec] | None = None
     constraints: list[ConstraintSpec] = []
     n_startup_trials: int = Field(8, ge=0)
+    #: share of trials after the start-up ones drawn at random instead of by a model
+    #: sampler (tpe, multivariate_tpe, gp, cmaes): SMAC's and BOHB's random interleaving
+    random_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     fail_fast: bool = False  # stop the sweep at the first failed trial (still resumable)
 
     @field_validator("metric")

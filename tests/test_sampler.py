@@ -1,0 +1,77 @@
+"""Random interleaving (``search.random_fraction``): which trials are random, that the
+model sampler is not asked for them but still sees them, and where the spec turns it on.
+Pure Optuna, no Ray."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from automl.search._sampler import MODEL_SAMPLERS, RandomInterleave, make_sampler
+from automl.spec import Experiment
+
+
+class Spy(optuna.samplers.RandomSampler):
+    """A model sampler stand-in that records which trials it was asked for and told of."""
+
+    def __init__(self):
+        super().__init__(seed=1)
+        self.asked: set[int] = set()
+        self.told: list[int] = []
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        self.asked.add(trial.number)
+        return 0.5
+
+    def after_trial(self, study, trial, state, values):
+        self.told.append(trial.number)
+
+
+def test_the_random_trials_depend_on_seed_and_number_and_come_at_the_fraction():
+    a, b = RandomInterleave(Spy(), 0.3, seed=7, after=5), RandomInterleave(Spy(), 0.3, seed=7)
+    chosen = [n for n in range(2000) if a.is_random(n)]
+    assert chosen == [n for n in range(2000) if a.is_random(n)]  # deterministic
+    assert not any(a.is_random(n) for n in range(5))  # the start-up trials are the inner's
+    assert 0.26 < len(chosen) / 1995 < 0.34
+    assert [n for n in range(5, 2000) if b.is_random(n)] == chosen  # only (seed, n) count
+    other = RandomInterleave(Spy(), 0.3, seed=8, after=5)
+    assert [n for n in range(2000) if other.is_random(n)] != chosen
+    assert not any(RandomInterleave(Spy(), 0.0, seed=7).is_random(n) for n in range(500))
+    with pytest.raises(ValueError, match=r"random fraction 1.0: must be in \[0, 1\)"):
+        RandomInterleave(Spy(), 1.0, seed=0)
+
+
+def test_random_trials_skip_the_model_but_it_is_told_of_every_trial():
+    spy = Spy()
+    sampler = RandomInterleave(spy, 0.5, seed=3)
+    study = optuna.create_study(sampler=sampler, direction="maximize")
+    study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=40)
+    random_ones = {n for n in range(40) if sampler.is_random(n)}
+    assert 10 < len(random_ones) < 30
+    assert spy.asked == set(range(40)) - random_ones
+    assert spy.told == list(range(40))
+    xs = {t.number: t.params["x"] for t in study.trials}
+    assert all(xs[n] == 0.5 for n in spy.asked)  # the spy's answer
+    assert all(xs[n] != 0.5 for n in random_ones)  # drawn by the random sampler
+
+
+def _search(**over):
+    return Experiment.model_validate({"name": "s", "search": over}).search
+
+
+def test_make_sampler_wraps_model_samplers_only_when_asked():
+    assert isinstance(make_sampler(_search()), optuna.samplers.TPESampler)
+    wrapped = make_sampler(_search(random_fraction=0.25, n_startup_trials=6, seed=4))
+    assert isinstance(wrapped, RandomInterleave) and isinstance(wrapped.inner,
+                                                                optuna.samplers.TPESampler)
+    assert (wrapped.fraction, wrapped.after) == (0.25, 6)
+    assert set(MODEL_SAMPLERS) == {"tpe", "multivariate_tpe", "gp", "cmaes"}
+    for name in ("random", "qmc", "nsga2"):  # nothing to interleave with
+        assert not isinstance(make_sampler(_search(sampler=name, random_fraction=0.25)),
+                              RandomInterleave)
+
+
+def test_the_spec_bounds_the_fraction():
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match="search.random_fraction"):
+            _search(random_fraction=bad)
