@@ -7,8 +7,8 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from automl.search._sampler import MODEL_SAMPLERS, RandomInterleave, make_sampler
-from automl.spec import Experiment
+from automl.search._sampler import RandomInterleave, make_sampler
+from automl.spec import MODEL_SAMPLERS, Experiment
 
 
 class Spy(optuna.samplers.RandomSampler):
@@ -66,12 +66,17 @@ def test_make_sampler_wraps_model_samplers_only_when_asked():
                                                                 optuna.samplers.TPESampler)
     assert (wrapped.fraction, wrapped.after) == (0.25, 6)
     assert set(MODEL_SAMPLERS) == {"tpe", "multivariate_tpe", "gp", "cmaes"}
-    for name in ("random", "qmc", "nsga2"):  # nothing to interleave with
-        assert not isinstance(make_sampler(_search(sampler=name, random_fraction=0.25)),
-                              RandomInterleave)
+    for name in MODEL_SAMPLERS:
+        assert isinstance(make_sampler(_search(sampler=name, random_fraction=0.1)),
+                          RandomInterleave)
 
 
-def test_the_spec_bounds_the_fraction():
+def test_the_spec_bounds_the_fraction_and_refuses_it_without_a_model():
     for bad in (1.0, -0.1):
         with pytest.raises(ValueError, match="search.random_fraction"):
             _search(random_fraction=bad)
+    for name in ("random", "qmc", "nsga2"):  # nothing to interleave with
+        with pytest.raises(ValueError, match=f"search.random_fraction: sampler {name} fits "
+                                             "no model .* use one of tpe, multivariate_tpe"):
+            _search(sampler=name, random_fraction=0.25)
+        assert _search(sampler=name).random_fraction == 0.0

@@ -14,9 +14,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from automl.spec import SearchSpec
 
-#: samplers that fit a model to past trials, so interleaving random ones changes them
-MODEL_SAMPLERS = ("tpe", "multivariate_tpe", "gp", "cmaes")
-
 
 class RandomInterleave(BaseSampler):
     """``inner`` with a share ``fraction`` of trials drawn uniformly at random instead:
@@ -79,14 +76,14 @@ class RandomInterleave(BaseSampler):
 
 def make_sampler(search: SearchSpec, seed: int | None = None) -> BaseSampler:
     """:func:`base_sampler`, wrapped in :class:`RandomInterleave` when
-    ``search.random_fraction`` > 0 and the sampler fits a model (:data:`MODEL_SAMPLERS`),
-    seeded with ``seed`` (default ``search.seed``).
+    ``search.random_fraction`` > 0 (the spec allows it with a model sampler only,
+    :data:`automl.spec.MODEL_SAMPLERS`), seeded with ``seed`` (default ``search.seed``).
 
     Raises:
         ValueError: an unknown sampler name.
     """
     inner = base_sampler(search, seed)
-    if search.random_fraction > 0 and search.sampler in MODEL_SAMPLERS:
+    if search.random_fraction > 0:
         seed = search.seed if seed is None else seed
         return RandomInterleave(inner, search.random_fraction, seed,
                                 after=search.n_startup_trials)

@@ -22,6 +22,7 @@ from automl.spec._domains import (
     IMAGE_DATASETS,
     INITS,
     MO_SAMPLERS,
+    MODEL_SAMPLERS,
     OBJECTIVE_METRICS,
     OPTIMIZERS,
     REPORTED_METRICS,
@@ -414,7 +415,7 @@ class SearchSpec(_Strict):
     constraints: list[ConstraintSpec] = []
     n_startup_trials: int = Field(8, ge=0)
     #: share of trials after the start-up ones drawn at random instead of by a model
-    #: sampler (tpe, multivariate_tpe, gp, cmaes): SMAC's and BOHB's random interleaving
+    #: sampler (:data:`MODEL_SAMPLERS`): SMAC's and BOHB's random interleaving
     random_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     fail_fast: bool = False  # stop the sweep at the first failed trial (still resumable)
 
@@ -434,6 +435,11 @@ class SearchSpec(_Strict):
                 f"mode {self.mode!r} optimises {self.metric} the wrong way; "
                 f"use mode: {REPORTED_METRICS[self.metric]}"
             )
+        if self.random_fraction > 0 and self.sampler not in MODEL_SAMPLERS:
+            raise ValueError(
+                f"search.random_fraction: sampler {self.sampler} fits no model to interleave "
+                f"random trials with; use one of {', '.join(MODEL_SAMPLERS)} or drop "
+                "random_fraction")
         valid = ", ".join(OBJECTIVE_METRICS)
         for i, c in enumerate(self.constraints):
             if c.metric not in OBJECTIVE_METRICS:
