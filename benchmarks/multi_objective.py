@@ -66,7 +66,7 @@ PEERS = METHODS[1:]
 #: (``brackets``, ``n_startup``, ``rfrac``: ``search.random_fraction``, ``sampler``): the
 #: candidates tried for the default, compared with the peers as ours is
 VARIANTS = ("ours[brackets=1]", "ours[n_startup=5]", "ours[rfrac=0.2]", "ours[rfrac=0.33]",
-            "ours[sampler=random]")
+            "ours[sampler=random]", "ours[rfrac=0.33+brackets=1]")
 _VARIANT = re.compile(r"^ours\[((?:brackets|n_startup|rfrac|sampler)=[\w.]+"
                       r"(?:\+(?:brackets|n_startup|rfrac|sampler)=[\w.]+)*)\]$")
 FRACTIONS = (0.1, 0.2, 1 / 3, 0.5, 0.75, 1.0)
