@@ -476,7 +476,6 @@ def compare(p: Problem, seeds: int, budget_full: int, methods: list[str], *,
         for m in ["ours", *variants]:
             row = [m]
             for i in (third, full):
-                best = max(peers, key=lambda b, i=i: med[b][i])
                 fewest = min(sum(curves[m][s][i] > curves[b][s][i] for s in range(seeds))
                              for b in peers)
                 row += [med[m][i], f"{fewest}/{seeds}"]
