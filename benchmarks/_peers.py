@@ -3,7 +3,8 @@ built from ``(problem, seed)`` and driven by :func:`benchmarks._events.run`, so 
 method returns the same event log.
 
 =================  ==========================================================================
-``automl``         this project's default: ``make_sampler`` (TPE, constant liar) in
+``automl``         this project's default: ``make_sampler`` (``auto``: TPE with the constant
+                   liar and a random-forest model, asked in turn) in
                    ``StudySearch`` (a stopped trial told PRUNED) + ``make_policy``
                    (``RungPolicy``: ASHA, grace 1, reduction factor 3, rank cutoff, 2
                    brackets whose start rung adapts, 12 probe trials, one bracket once the
@@ -48,24 +49,31 @@ from benchmarks._events import Job, checkpoints
 PEERS = ("random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh", "syne_asha",
          "syne_bohb", "dehb", "smac")
 METHODS = ("automl", *PEERS)
-#: extra rows of ours: the defaults before this one (adaptive without probes or
-#: narrowing: ``probe=0+narrow=off``; fixed brackets with the quantile cutoff) and what the
-#: defaults were chosen against (``automl[probe=12]`` is the default itself, run under its
-#: own label as a check)
-VARIANTS = ("automl[probe=0+narrow=off]", "automl[probe=12]",
-            "automl[probe=0]", "automl[probe=5]", "automl[probe=8]", "automl[probe=16]",
-            "automl[probe=24]", "automl[probe=5+narrow=off]", "automl[probe=8+narrow=off]",
-            "automl[probe=5+narrow=0.9]", "automl[probe=8+narrow=0.7]",
-            "automl[probe=5+prate=0.2]",
-            "automl[brackets=2+cutoff=quantile]", "automl[cutoff=quantile+probe=0+narrow=off]",
-            "automl[brackets=2]", "automl[brackets=1]", "automl[min_corr=0.3+probe=0+narrow=off]",
-            "automl[min_corr=0.7+probe=0+narrow=off]", "automl[min_pairs=8+probe=0+narrow=off]",
-            "automl[brackets=3+adaptive=1]", "automl[n_startup=4+probe=0+narrow=off]",
-            "automl[brackets=1+cutoff=quantile]", "automl[brackets=3+cutoff=quantile]",
-            "automl[brackets=4+cutoff=quantile]",
-            "automl[brackets=1+n_startup=4+cutoff=quantile]",
-            "automl[brackets=2+n_startup=4+cutoff=quantile]",
-            "automl[rfrac=0.2]", "automl[rfrac=0.33]")
+#: extra rows of ours: the defaults before this one (TPE alone: ``sampler=tpe``; before it,
+#: adaptive brackets without probes or narrowing: ``probe=0+narrow=off``; fixed brackets
+#: with the quantile cutoff) and what the defaults were chosen against
+VARIANTS = ("automl[sampler=tpe]", "automl[probe=0+narrow=off+sampler=tpe]",
+            "automl[probe=0+sampler=tpe]", "automl[probe=5+sampler=tpe]",
+            "automl[probe=8+sampler=tpe]", "automl[probe=16+sampler=tpe]",
+            "automl[probe=24+sampler=tpe]", "automl[probe=5+narrow=off+sampler=tpe]",
+            "automl[probe=8+narrow=off+sampler=tpe]",
+            "automl[probe=5+narrow=0.9+sampler=tpe]",
+            "automl[probe=8+narrow=0.7+sampler=tpe]",
+            "automl[probe=5+prate=0.2+sampler=tpe]",
+            "automl[brackets=2+cutoff=quantile+sampler=tpe]",
+            "automl[cutoff=quantile+probe=0+narrow=off+sampler=tpe]",
+            "automl[brackets=2+sampler=tpe]", "automl[brackets=1+sampler=tpe]",
+            "automl[min_corr=0.3+probe=0+narrow=off+sampler=tpe]",
+            "automl[min_corr=0.7+probe=0+narrow=off+sampler=tpe]",
+            "automl[min_pairs=8+probe=0+narrow=off+sampler=tpe]",
+            "automl[brackets=3+adaptive=1+sampler=tpe]",
+            "automl[n_startup=4+probe=0+narrow=off+sampler=tpe]",
+            "automl[brackets=1+cutoff=quantile+sampler=tpe]",
+            "automl[brackets=3+cutoff=quantile+sampler=tpe]",
+            "automl[brackets=4+cutoff=quantile+sampler=tpe]",
+            "automl[brackets=1+n_startup=4+cutoff=quantile+sampler=tpe]",
+            "automl[brackets=2+n_startup=4+cutoff=quantile+sampler=tpe]",
+            "automl[rfrac=0.2+sampler=tpe]", "automl[rfrac=0.33+sampler=tpe]")
 #: methods that need no benchmark-only package (the quick path, CI)
 CORE = ("automl", "random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh")
 _INSTALL = "make bench-setup installs it"
@@ -87,7 +95,7 @@ KNOBS = (*SPEC_KNOBS, *POLICY_KNOBS, "bohb")
 VARIANT_PATTERN = re.compile(r"^automl\[(\w+=[\w.]+(?:\+\w+=[\w.]+)*)\]$")
 
 
-def experiment(problem, seed: int, sampler: str = "tpe", asha: bool = True,
+def experiment(problem, seed: int, sampler: str = "auto", asha: bool = True,
                **knobs: Any):
     """The spec our search is built from: ``search`` (``sampler``, ``seed``, and
     ``n_startup`` and ``rfrac`` when given) and ``scheduler`` (ASHA, grace 1, reduction

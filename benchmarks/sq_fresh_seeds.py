@@ -8,7 +8,7 @@ full fidelity, as the suite's regret). Peers are not re-run: SMAC and BOHB would
 of an hour here. Our cells do not depend on ``PYTHONHASHSEED`` (only SMAC3's do), so unlike
 ``python -m benchmarks`` this does not re-execute itself with it.
 
-``python -m benchmarks.sq_fresh_seeds [--a automl] [--b automl[probe=0+narrow=off]]
+``python -m benchmarks.sq_fresh_seeds [--a automl] [--b automl[sampler=tpe]]
 [--first 20] [--seeds 10] [--jobs 2]`` writes ``benchmarks/results/sq_fresh_seeds.{json,md}``;
 its cells are cached in ``benchmarks/results/sq_fresh_seeds_cells/``.
 """
@@ -33,7 +33,7 @@ def _cell(args: tuple) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.sq_fresh_seeds")
     ap.add_argument("--a", default="automl", help="the method counted as winning")
-    ap.add_argument("--b", default="automl[probe=0+narrow=off]", help="the method it meets")
+    ap.add_argument("--b", default="automl[sampler=tpe]", help="the method it meets")
     ap.add_argument("--first", type=int, default=20, help="the first seed")
     ap.add_argument("--seeds", type=int, default=10, help="how many seeds")
     ap.add_argument("--jobs", type=int, default=2, help="cells run at once")

@@ -60,12 +60,13 @@ def _search(**over):
 
 
 def test_make_sampler_wraps_model_samplers_only_when_asked():
-    assert isinstance(make_sampler(_search()), optuna.samplers.TPESampler)
-    wrapped = make_sampler(_search(random_fraction=0.25, n_startup_trials=6, seed=4))
+    assert isinstance(make_sampler(_search(sampler="tpe")), optuna.samplers.TPESampler)
+    wrapped = make_sampler(_search(sampler="tpe", random_fraction=0.25, n_startup_trials=6,
+                                   seed=4))
     assert isinstance(wrapped, RandomInterleave) and isinstance(wrapped.inner,
                                                                 optuna.samplers.TPESampler)
     assert (wrapped.fraction, wrapped.after) == (0.25, 6)
-    assert set(MODEL_SAMPLERS) == {"tpe", "multivariate_tpe", "gp", "cmaes"}
+    assert set(MODEL_SAMPLERS) == {"auto", "tpe", "multivariate_tpe", "gp", "cmaes"}
     for name in MODEL_SAMPLERS:
         assert isinstance(make_sampler(_search(sampler=name, random_fraction=0.1)),
                           RandomInterleave)
@@ -77,6 +78,6 @@ def test_the_spec_bounds_the_fraction_and_refuses_it_without_a_model():
             _search(random_fraction=bad)
     for name in ("random", "qmc", "nsga2"):  # nothing to interleave with
         with pytest.raises(ValueError, match=f"search.random_fraction: sampler {name} fits "
-                                             "no model .* use one of tpe, multivariate_tpe"):
+                                             "no model .* use one of auto, tpe, multivariate_tpe"):
             _search(sampler=name, random_fraction=0.25)
         assert _search(sampler=name).random_fraction == 0.0

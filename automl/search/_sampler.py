@@ -12,6 +12,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
+from automl.search._forest import ForestSampler
 from automl.spec import SearchSpec
 
 
@@ -98,6 +99,9 @@ def base_sampler(search: SearchSpec, seed: int | None = None) -> BaseSampler:
     ``search.objectives`` TPE is Optuna's multi-objective TPE (Ozaki et al. 2020/2022),
     the same class.
 
+    * ``auto`` (the default): with one objective and no constraints, a random-forest model
+      (SMAC's) and ``tpe`` asked in turn, each told of every trial
+      (:class:`automl.search._forest.ForestSampler` with ``every=2``); otherwise ``tpe``.
     * ``tpe``: independent TPE (Bergstra et al. 2011) with the constant liar for
       parallel trials; ``multivariate_tpe``: multivariate, grouped TPE
       (Falkner et al. 2018), which handles conditional spaces by grouping.
@@ -111,9 +115,12 @@ def base_sampler(search: SearchSpec, seed: int | None = None) -> BaseSampler:
     """
     seed, startup = search.seed if seed is None else seed, search.n_startup_trials
     s = optuna.samplers
-    if search.sampler == "tpe":
-        return s.TPESampler(seed=seed, n_startup_trials=startup, multivariate=False,
-                            constant_liar=True)
+    if search.sampler in ("tpe", "auto"):
+        tpe = s.TPESampler(seed=seed, n_startup_trials=startup, multivariate=False,
+                           constant_liar=True)
+        if search.sampler == "tpe" or search.multi_objective or search.constraints:
+            return tpe
+        return ForestSampler(tpe, seed, startup, every=2)
     if search.sampler == "multivariate_tpe":
         return s.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True, group=True,
                             constant_liar=True)

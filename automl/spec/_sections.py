@@ -404,8 +404,10 @@ class SearchSpec(_Strict):
     reported metric; a trial outside them is infeasible.
     """
 
-    sampler: Literal["tpe", "multivariate_tpe", "random", "cmaes", "gp", "qmc",
-                     "nsga2"] = "tpe"
+    #: ``auto``: TPE and a random-forest model in turn with one objective and no
+    #: constraints, TPE otherwise (``automl.search._sampler.base_sampler``)
+    sampler: Literal["auto", "tpe", "multivariate_tpe", "random", "cmaes", "gp", "qmc",
+                     "nsga2"] = "auto"
     seed: int = 0
     num_samples: int = Field(32, ge=1, le=100_000)
     time_budget_s: float | None = Field(None, gt=0)
