@@ -106,7 +106,8 @@ def test_the_driver_replays_the_single_trial_simulation_of_our_core():
     from benchmarks._peers import CoreRunner, experiment
 
     p = toy(max_t=100)
-    ours = _events.run(p, CoreRunner(p, experiment(p, seed=3), points=list(range(1, 101))),
+    ours = _events.run(p, CoreRunner(p, experiment(p, seed=3, sampler="tpe"),
+                                    points=list(range(1, 101))),
                        600)
     search, policy = search_quality._stack(search_quality._experiment("tpe", 3, 8, 3, 1, True))
     sim = _simulate.simulate(search(), policy(), bowl, 600, 100)

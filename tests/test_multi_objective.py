@@ -10,6 +10,7 @@ from conftest import write_spec
 
 from automl.errors import SpecError
 from automl.search import Objectives, StudySearch, cv_candidates, pareto_of, rank_trials
+from automl.search._forest import ForestSampler
 from automl.search._result import COMPLETED, FAILED, STOPPED, TrialRecord
 from automl.search._sampler import make_sampler
 from automl.selection._front import choose_on_front, front_axes
@@ -52,8 +53,8 @@ def test_a_plain_metric_spec_is_unchanged():
     assert not exp.search.multi_objective
     assert Objectives.of(exp.search) == Objectives(("val_loss",), ("min",))
     assert Objectives.of(exp.search).mode == "min"
-    s = make_sampler(exp.search)
-    assert isinstance(s, optuna.samplers.TPESampler)
+    s = make_sampler(exp.search)  # the one-objective default: TPE and the forest in turn
+    assert isinstance(s, ForestSampler) and isinstance(s.fallback, optuna.samplers.TPESampler)
 
 
 def test_objectives_fill_metric_mode_and_samplers_get_the_constraints():
