@@ -62,3 +62,26 @@ def assert_self_contained(html: str) -> None:
 
     assert "Plotly" in html and not re.search(r"<script[^>]*\bsrc=", html)
     assert "<link" not in html and not re.search(r"<img[^>]*src=\"https?:", html)
+
+
+def spy_sampler(answer=None):
+    """An Optuna ``RandomSampler`` (seed 1) that records the trial numbers it was asked to
+    sample for (``.asked``) and told of (``.told``); it answers ``answer`` when given."""
+    import optuna
+
+    class Spy(optuna.samplers.RandomSampler):
+        def __init__(self):
+            super().__init__(seed=1)
+            self.asked: set[int] = set()
+            self.told: list[int] = []
+
+        def sample_independent(self, study, trial, param_name, param_distribution):
+            self.asked.add(trial.number)
+            if answer is not None:
+                return answer
+            return super().sample_independent(study, trial, param_name, param_distribution)
+
+        def after_trial(self, study, trial, state, values):
+            self.told.append(trial.number)
+
+    return Spy()

@@ -10,6 +10,7 @@ import statistics
 
 import optuna
 import pytest
+from conftest import spy_sampler
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from automl.search._forest import ForestSampler, decode, encode
@@ -17,22 +18,6 @@ from automl.search._sampler import make_sampler
 from automl.spec import Experiment
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-class Spy(optuna.samplers.RandomSampler):
-    """A fallback that records which trials it was asked for and told of."""
-
-    def __init__(self):
-        super().__init__(seed=1)
-        self.asked: set[int] = set()
-        self.told: list[int] = []
-
-    def sample_independent(self, study, trial, param_name, param_distribution):
-        self.asked.add(trial.number)
-        return super().sample_independent(study, trial, param_name, param_distribution)
-
-    def after_trial(self, study, trial, state, values):
-        self.told.append(trial.number)
 
 
 @pytest.mark.parametrize("dist, value", [
@@ -56,7 +41,7 @@ def _quadratic(trial):  # one optimum at (0.3, 0.7), maximised
 
 
 def test_every_k_trials_are_the_forests_and_the_fallback_is_told_of_all():
-    spy = Spy()
+    spy = spy_sampler()
     sampler = ForestSampler(spy, seed=0, n_startup_trials=4, every=2)
     study = optuna.create_study(sampler=sampler, direction="maximize")
     study.optimize(_quadratic, n_trials=16)
@@ -110,7 +95,7 @@ def test_pending_trials_are_believed_and_conditional_parameters_go_to_the_fallba
             trial.suggest_float("momentum", 0.8, 0.99)
         return -abs(math.log10(lr) + 2)
 
-    spy = Spy()
+    spy = spy_sampler()
     sampler = ForestSampler(spy, seed=5, n_startup_trials=6)
     study = optuna.create_study(sampler=sampler, direction="maximize")
     study.optimize(objective, n_trials=14)

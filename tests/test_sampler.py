@@ -6,43 +6,28 @@ from __future__ import annotations
 
 import optuna
 import pytest
+from conftest import spy_sampler
 
 from automl.search._sampler import RandomInterleave, make_sampler
 from automl.spec import MODEL_SAMPLERS, Experiment
 
 
-class Spy(optuna.samplers.RandomSampler):
-    """A model sampler stand-in that records which trials it was asked for and told of."""
-
-    def __init__(self):
-        super().__init__(seed=1)
-        self.asked: set[int] = set()
-        self.told: list[int] = []
-
-    def sample_independent(self, study, trial, param_name, param_distribution):
-        self.asked.add(trial.number)
-        return 0.5
-
-    def after_trial(self, study, trial, state, values):
-        self.told.append(trial.number)
-
-
 def test_the_random_trials_depend_on_seed_and_number_and_come_at_the_fraction():
-    a, b = RandomInterleave(Spy(), 0.3, seed=7, after=5), RandomInterleave(Spy(), 0.3, seed=7)
+    a, b = RandomInterleave(spy_sampler(0.5), 0.3, seed=7, after=5), RandomInterleave(spy_sampler(0.5), 0.3, seed=7)
     chosen = [n for n in range(2000) if a.is_random(n)]
     assert chosen == [n for n in range(2000) if a.is_random(n)]  # deterministic
     assert not any(a.is_random(n) for n in range(5))  # the start-up trials are the inner's
     assert 0.26 < len(chosen) / 1995 < 0.34
     assert [n for n in range(5, 2000) if b.is_random(n)] == chosen  # only (seed, n) count
-    other = RandomInterleave(Spy(), 0.3, seed=8, after=5)
+    other = RandomInterleave(spy_sampler(0.5), 0.3, seed=8, after=5)
     assert [n for n in range(2000) if other.is_random(n)] != chosen
-    assert not any(RandomInterleave(Spy(), 0.0, seed=7).is_random(n) for n in range(500))
+    assert not any(RandomInterleave(spy_sampler(0.5), 0.0, seed=7).is_random(n) for n in range(500))
     with pytest.raises(ValueError, match=r"random fraction 1.0: must be in \[0, 1\)"):
-        RandomInterleave(Spy(), 1.0, seed=0)
+        RandomInterleave(spy_sampler(0.5), 1.0, seed=0)
 
 
 def test_random_trials_skip_the_model_but_it_is_told_of_every_trial():
-    spy = Spy()
+    spy = spy_sampler(0.5)
     sampler = RandomInterleave(spy, 0.5, seed=3)
     study = optuna.create_study(sampler=sampler, direction="maximize")
     study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=40)

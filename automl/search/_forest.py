@@ -41,7 +41,11 @@ _STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
 def encode(dist: BaseDistribution, value: Any) -> float:
     """``value`` of ``dist`` as a model feature: numbers to [0, 1] (on a log scale when
-    ``dist.log``), a categorical choice to its index."""
+    ``dist.log``), a categorical choice to its index.
+
+    Raises:
+        ValueError: a categorical ``value`` that is not one of ``dist.choices``.
+    """
     if isinstance(dist, CategoricalDistribution):
         return float(dist.choices.index(value))
     lo, hi = float(dist.low), float(dist.high)
