@@ -1,5 +1,5 @@
 """The random-forest sampler and ``auto``, the default portfolio: encoding, whose turn a
-trial is, that it models learning curves, pending trials and conditional parameters, that
+trial is, that it models learning curves, parallel trials and conditional parameters, that
 it replays exactly, and that it beats random search on a function with one optimum.
 Pure Optuna and scikit-learn, no Ray."""
 
@@ -87,7 +87,7 @@ def test_the_model_reads_learning_curves_and_scores_at_the_last_epoch():
     assert abs(proposed["x"] - 0.8) < 0.15
 
 
-def test_pending_trials_are_believed_and_conditional_parameters_go_to_the_fallback():
+def test_parallel_trials_get_distinct_proposals_and_conditional_parameters_go_to_the_fallback():
     def objective(trial):
         opt = trial.suggest_categorical("optimizer", ["adam", "sgd"])
         lr = trial.suggest_float("lr", 1e-4, 1e-1, log=True)
