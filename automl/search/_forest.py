@@ -137,13 +137,11 @@ class ForestSampler(BaseSampler):
         done = [t for t in trials if all(n in t.params for n in names)]
         if len(done) < self.n_startup_trials:
             return {}
-        rows, values, top = _rows(done, names, search_space, study.direction)
+        seen, rows, values, top = _rows(done, names, search_space, study.direction)
         if len(rows) < 3:
             return {}
         rng = np.random.default_rng([self.seed, trial.number])
         model = self._fit(rows, values, rng)
-        seen = np.asarray([[encode(search_space[n], t.params[n]) for n in names]
-                           for t in done])
         seen_mean, _ = _predict(model, seen)
         best = min(top, float(seen_mean.min()))
         x = self._maximise(model, best, seen[np.argsort(seen_mean)[:self.n_local]],
@@ -202,16 +200,18 @@ class ForestSampler(BaseSampler):
 
 
 def _rows(done: list[FrozenTrial], names: list[str], space: dict[str, BaseDistribution],
-          direction: StudyDirection) -> tuple[np.ndarray, np.ndarray, float]:
-    """Model rows ``(parameters..., log epoch / log largest epoch)``, their values as
-    costs (smaller is better) and the best cost at the largest epoch (inf: none)."""
+          direction: StudyDirection) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Each trial's encoded parameters ``(len(done), len(names))``; model rows
+    ``(parameters..., log epoch / log largest epoch)``, their values as costs (smaller is
+    better); and the best cost at the largest epoch (inf: none)."""
     sign = -1.0 if direction == StudyDirection.MAXIMIZE else 1.0
     epochs = [e for t in done for e in t.intermediate_values]
     last = max(epochs) if epochs else 1
     scale = math.log(last) if last > 1 else 1.0
-    rows, values, top = [], [], math.inf
+    configs, rows, values, top = [], [], [], math.inf
     for t in done:
         x = [encode(space[n], t.params[n]) for n in names]
+        configs.append(x)
         curve = dict(t.intermediate_values)
         if not curve and t.state == TrialState.COMPLETE and t.value is not None:
             curve = {last: t.value}
@@ -222,8 +222,9 @@ def _rows(done: list[FrozenTrial], names: list[str], space: dict[str, BaseDistri
             values.append(sign * v)
             if epoch >= last:
                 top = min(top, sign * v)
-    return np.asarray(rows, dtype=float).reshape(len(rows), len(names) + 1), \
-        np.asarray(values, dtype=float), top
+    return (np.asarray(configs, dtype=float).reshape(len(done), len(names)),
+            np.asarray(rows, dtype=float).reshape(len(rows), len(names) + 1),
+            np.asarray(values, dtype=float), top)
 
 
 def _predict(model, configs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
