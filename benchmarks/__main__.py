@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="results folder (default benchmarks/results, quick: "
                          "benchmarks/results/quick)")
     ap.add_argument("--seeds", type=int, default=None, help="search_quality: number of seeds")
+    ap.add_argument("--first-seed", type=int, default=0, metavar="S",
+                    help="multi_objective, multi_objective_digits: run seeds S..S+N-1 "
+                         "(fresh seeds; default 0)")
     ap.add_argument("--problems", default=None, metavar="P,...",
                     help="search_quality: mfh6, mfh6_good, mfh6_bad, mfh3, lcbench:<task id>, "
                          "rbv2_xgboost:<task id> (default: the suite; quick: mfh6,mfh3)")
@@ -80,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             if not names:
                 return 0
     ctx: dict = {"seeds": args.seeds, "trials": args.trials, "out": out,
-                 "time_limit_s": args.time_limit, "async_seeds": args.async_seeds}
+                 "time_limit_s": args.time_limit, "async_seeds": args.async_seeds,
+                 "first_seed": args.first_seed}
     try:
         ctx.update(_search_quality_args(args))
     except ValueError as e:

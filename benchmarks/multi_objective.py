@@ -40,7 +40,8 @@ models a user would deploy; stopped trials are not candidates), in the space (âˆ
 log10 cost), each objective normalised to [0, 1] by the smallest and largest value any
 method reached at ``max_t`` on that problem over all seeds, reference point (1.1, 1.1)
 (exact 2-D hypervolume, ``automl.search._pareto.hypervolume``). Seed ``s`` seeds the
-sampler and the bracket draw. ``python -m benchmarks --only multi_objective [--seeds N]``.
+sampler and the bracket draw. ``python -m benchmarks --only multi_objective [--seeds N]
+[--first-seed S]``: seeds S..S+N-1 (fresh seeds: the record's are 0..39).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import re
 import statistics
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -404,18 +405,21 @@ def _run_in_worker(make: Callable[[], Problem], m: str, seed: int,
     return _run(_PROBLEM[key], m, seed, budget)
 
 
-def compare(p: Problem, seeds: int, budget_full: int, methods: list[str], *,
+def compare(p: Problem, seeds: int | Sequence[int], budget_full: int, methods: list[str], *,
             workers: int = 1, make: Callable[[], Problem] | None = None):
-    """Run every method on ``p`` for ``seeds`` seeds; (tables, goals, data, wall seconds).
+    """Run every method on ``p`` for ``seeds`` seeds (a count: seeds 0..seeds-1; or the
+    seeds themselves); (tables, goals, data, wall seconds). ``data["curves"][m][i]`` is the
+    run of ``seeds[i]``.
 
     With ``workers`` > 1 the (method, seed) runs go to that many processes (spawned), each
     building its problem with ``make`` (a module-level function, required then); the runs
     are independent and deterministic in their seed, so only the wall time changes, and a
     measured objective (the digits problem's latency) is taken beside another run."""
-    budget = budget_full * p.max_t
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    seeds, budget = len(seed_list), budget_full * p.max_t
     runs: dict[str, list] = {m: [] for m in methods}
     t0 = time.perf_counter()
-    jobs = [(m, seed) for seed in range(seeds) for m in methods]
+    jobs = [(m, seed) for seed in seed_list for m in methods]
     if workers > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -440,7 +444,8 @@ def compare(p: Problem, seeds: int, budget_full: int, methods: list[str], *,
            for m in methods}
     rows = [[m, *med[m], statistics.median(len(r) for r in runs[m])] for m in methods]
     tables = [Table(f"{p.label}: median hypervolume at a share of the budget "
-                    f"({budget_full} full trainings = {budget} epochs, {seeds} seeds)",
+                    f"({budget_full} full trainings = {budget} epochs, {seeds} seeds"
+                    f"{_seed_span(seed_list)})",
                     ["method", *[f"{f:.2g}" for f in FRACTIONS], "median trials at max_t"],
                     rows)]
     peers = [m for m in methods if m != "ours" and variant_knobs(m) is None]
@@ -458,7 +463,7 @@ def compare(p: Problem, seeds: int, budget_full: int, methods: list[str], *,
                         ["budget", "best peer", "ours median", "peer median", "ours wins"],
                         pair_rows))
     if seeds >= 20 and seeds % 10 == 0:  # how much the 8-of-10 goal moves with the seeds
-        blocks = [range(b, b + 10) for b in range(0, seeds, 10)]
+        blocks = [range(b, b + 10) for b in range(0, seeds, 10)]  # positions in seed_list
         rows = []
         for i, at in ((third, "1/3"), (full, "full")):
             row = [at]
@@ -469,7 +474,8 @@ def compare(p: Problem, seeds: int, budget_full: int, methods: list[str], *,
                 row.append(f"{wins}/10 vs {best}{'' if bmed['ours'] > bmed[best] else ' (median below)'}")
             rows.append(row)
         tables.append(Table(f"{p.label}: ours against the best peer of each block of 10 seeds",
-                            ["budget", *[f"seeds {b[0]}-{b[-1]}" for b in blocks]], rows))
+                            ["budget", *[f"seeds {seed_list[b[0]]}-{seed_list[b[-1]]}"
+                                         for b in blocks]], rows))
     variants = [m for m in methods if variant_knobs(m) is not None]
     if variants:
         rows = []
@@ -484,10 +490,18 @@ def compare(p: Problem, seeds: int, budget_full: int, methods: list[str], *,
             f"{p.label}: ours and the candidates tried for it (fewest paired wins against "
             "any peer)", ["method", "1/3 median", "1/3 fewest wins", "full median",
                           "full fewest wins"], rows))
-    data = {"curves": curves, "normalisation": {"lo": lo.tolist(), "hi": hi.tolist()},
+    data = {"seeds": seed_list, "curves": curves, "normalisation": {"lo": lo.tolist(), "hi": hi.tolist()},
             "points_at_max_t": {m: [[list(map(float, x)) for x in r] for r in runs[m]]
                                 for m in methods}, "wall_s": wall}
     return tables, goals, data, wall
+
+
+def _seed_span(seed_list: list[int]) -> str:
+    """`` (seeds a-b)`` when the seeds are not 0..n-1 (a fresh-seed run), else ``""``."""
+    if seed_list == list(range(len(seed_list))):
+        return ""
+    return f" {seed_list[0]}-{seed_list[-1]}" if seed_list == list(
+        range(seed_list[0], seed_list[-1] + 1)) else f" {seed_list}"
 
 
 SYNE_TUNE_NOTE = (
@@ -512,14 +526,15 @@ def run(quick: bool, ctx: dict) -> Result:
     except (ImportError, FileNotFoundError) as e:
         return Result(NAME, TITLE, status="unavailable", reason=str(e))
     seeds = ctx.get("seeds") or (2 if quick else 10)
+    first = ctx.get("first_seed") or 0
     budget_full = 6 if quick else 40
     methods, st_missing = _methods()
     methods += [] if quick else list(VARIANTS)
     tables, goals, data, wall = [], [], {}, {}
     for p, make in zip(probs, (lcbench_problem, rbv2_problem)):
         # the runs are deterministic in their seed: 2 worker processes change only the wall
-        t, g, d, w = compare(p, seeds, budget_full, methods, workers=1 if quick else 2,
-                             make=make)
+        t, g, d, w = compare(p, range(first, first + seeds), budget_full, methods,
+                             workers=1 if quick else 2, make=make)
         tables += t
         goals += g
         data[p.name], wall[p.name] = d, w
@@ -536,5 +551,5 @@ def run(quick: bool, ctx: dict) -> Result:
     return Result(NAME, TITLE, settings={"budget_full_trainings": budget_full,
                                          "fractions": list(FRACTIONS), "methods": methods,
                                          "wall_s": wall},
-                  seeds={"seeds": f"0..{seeds - 1}", "count": seeds},
+                  seeds={"seeds": f"{first}..{first + seeds - 1}", "count": seeds},
                   tables=tables, goals=goals, notes=notes, data=data)

@@ -30,13 +30,14 @@ def run(quick: bool, ctx: dict) -> Result:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seeds = ctx.get("seeds") or (1 if quick else SEEDS)
+    first = ctx.get("first_seed") or 0
     budget_full = 3 if quick else BUDGET_FULL
     workers = 1 if quick else WORKERS
     methods, st_missing = _methods()
     methods = [m for m in methods if m != "nsga2"]
     p = digits_problem()
-    tables, goals, data, wall = compare(p, seeds, budget_full, methods, workers=workers,
-                                        make=digits_problem)
+    tables, goals, data, wall = compare(p, range(first, first + seeds), budget_full, methods,
+                                        workers=workers, make=digits_problem)
     notes = [f"syne_tune_moasha not run: {st_missing}."] if st_missing else []
     notes += [SYNE_TUNE_NOTE,
               f"A smaller budget ({budget_full} full trainings, {seeds} seeds) than the YAHPO "
@@ -46,5 +47,5 @@ def run(quick: bool, ctx: dict) -> Result:
     return Result(NAME, TITLE, settings={"budget_full_trainings": budget_full,
                                          "methods": methods, "workers": workers,
                                          "wall_s": wall},
-                  seeds={"seeds": f"0..{seeds - 1}", "count": seeds},
+                  seeds={"seeds": f"{first}..{first + seeds - 1}", "count": seeds},
                   tables=tables, goals=goals, notes=notes, data={p.name: data})

@@ -208,11 +208,13 @@ def test_funnel_params_by_hand():
 def test_multi_objective_quick_gives_hypervolume_curves():
     from benchmarks import multi_objective
 
-    result = multi_objective.run(True, {"seeds": 1})
+    result = multi_objective.run(True, {"seeds": 1, "first_seed": 3})  # --first-seed 3
     if result.status == "unavailable":
         pytest.skip(result.reason)
     assert result.status == "ok" and len(result.goals) == 4
+    assert result.seeds["seeds"] == "3..3" and "1 seeds 3-3)" in result.tables[0].title
     for name in ("lcbench", "rbv2_xgboost"):
+        assert result.data[name]["seeds"] == [3]
         for method, curves in result.data[name]["curves"].items():
             (curve,) = curves
             assert all(0.0 <= v <= 1.1 ** 2 for v in curve), (method, curve)
