@@ -73,7 +73,8 @@ VARIANTS = ("automl[sampler=tpe]", "automl[probe=0+narrow=off+sampler=tpe]",
             "automl[brackets=4+cutoff=quantile+sampler=tpe]",
             "automl[brackets=1+n_startup=4+cutoff=quantile+sampler=tpe]",
             "automl[brackets=2+n_startup=4+cutoff=quantile+sampler=tpe]",
-            "automl[rfrac=0.2+sampler=tpe]", "automl[rfrac=0.33+sampler=tpe]")
+            "automl[rfrac=0.2+sampler=tpe]", "automl[rfrac=0.33+sampler=tpe]",
+            "automl[n_startup=5]", "automl[n_startup=12]")
 #: methods that need no benchmark-only package (the quick path, CI)
 CORE = ("automl", "random", "random_asha", "optuna_tpe_hb", "optuna_tpe_sh")
 _INSTALL = "make bench-setup installs it"
