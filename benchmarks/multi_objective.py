@@ -416,7 +416,7 @@ def compare(p: Problem, seeds: int | Sequence[int], budget_full: int, methods: l
     are independent and deterministic in their seed, so only the wall time changes, and a
     measured objective (the digits problem's latency) is taken beside another run."""
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
-    seeds, budget = len(seed_list), budget_full * p.max_t
+    seeds, budget = len(seed_list), budget_full * p.max_t  # seeds: from here on, a count
     runs: dict[str, list] = {m: [] for m in methods}
     t0 = time.perf_counter()
     jobs = [(m, seed) for seed in seed_list for m in methods]
@@ -490,14 +490,16 @@ def compare(p: Problem, seeds: int | Sequence[int], budget_full: int, methods: l
             f"{p.label}: ours and the candidates tried for it (fewest paired wins against "
             "any peer)", ["method", "1/3 median", "1/3 fewest wins", "full median",
                           "full fewest wins"], rows))
-    data = {"seeds": seed_list, "curves": curves, "normalisation": {"lo": lo.tolist(), "hi": hi.tolist()},
+    data = {"seeds": seed_list, "curves": curves,
+            "normalisation": {"lo": lo.tolist(), "hi": hi.tolist()},
             "points_at_max_t": {m: [[list(map(float, x)) for x in r] for r in runs[m]]
                                 for m in methods}, "wall_s": wall}
     return tables, goals, data, wall
 
 
 def _seed_span(seed_list: list[int]) -> str:
-    """`` (seeds a-b)`` when the seeds are not 0..n-1 (a fresh-seed run), else ``""``."""
+    """`` a-b`` (or the list when not consecutive) naming the seeds of a run that is not
+    on 0..n-1 (fresh seeds), for a table's title; ``""`` for 0..n-1."""
     if seed_list == list(range(len(seed_list))):
         return ""
     return f" {seed_list[0]}-{seed_list[-1]}" if seed_list == list(
