@@ -21,7 +21,7 @@ average ranks, sequential and 4 workers at 10 and 30 full trainings, 12.56 for t
 version): shifting turns to the model whose trials rank better at the first rung (12.96) or
 at the last epoch they reached (12.89), extra-trees instead of the forest (12.84), SMAC's
 3-row leaves (worse sequentially: 3.85 and 2.88 against 3.51 and 2.49), no forest proposal
-near a running trial's configuration (4 workers), and 5 or 12 start-up trials (12.82,
+near a running trial's configuration (4 workers), and 5 or 12 start-up trials (12.83,
 13.01).
 """
 
