@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None,
                     help="results folder (default benchmarks/results, quick: "
                          "benchmarks/results/quick)")
-    ap.add_argument("--seeds", type=int, default=None, help="search_quality: number of seeds")
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="search_quality, multi_objective, multi_objective_digits: number "
+                         "of seeds")
     ap.add_argument("--first-seed", type=int, default=0, metavar="S",
                     help="multi_objective, multi_objective_digits: run seeds S..S+N-1 "
                          "(fresh seeds; default 0)")
