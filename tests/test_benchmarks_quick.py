@@ -245,3 +245,8 @@ def test_multi_objective_variants_change_the_spec_of_ours():
     base = _experiment(p, "tpe", 3, asha=True)
     assert base.search.random_fraction == 0.0 and base.bracket_count() == 2
     assert all(variant_knobs(v) for v in VARIANTS)
+    # ours is the default sampler, whose forest runs one bracket; the previous default is a row
+    ours = _experiment(p, "auto", 3, asha=True)
+    assert ours.search.uses_forest and ours.bracket_count() == 1
+    assert _experiment(p, "auto", 3, asha=True, knobs={"brackets": "2"}).bracket_count() == 2
+    assert "ours[sampler=tpe]" in VARIANTS

@@ -57,6 +57,19 @@ def test_a_plain_metric_spec_is_unchanged():
     assert isinstance(s, ForestSampler) and isinstance(s.fallback, optuna.samplers.TPESampler)
 
 
+def test_auto_resolves_by_objectives_and_constraints_and_picks_its_brackets():
+    sch = {"scheduler": {"max_epochs": 27}}
+    one, two = _exp({}, **sch), _exp(MO, **sch)
+    tied = _exp({**MO, "constraints": [{"metric": "latency_ms", "max": 0.8}]}, **sch)
+    assert (one.search.uses_forest, two.search.uses_forest, tied.search.uses_forest) == (
+        True, True, False)
+    # one objective: 2 adaptive brackets; several with the forest: 1; with TPE: 2 fixed
+    assert [e.bracket_count() for e in (one, two, tied)] == [2, 1, 2]
+    assert (one.adaptive_bracketing(), two.adaptive_bracketing()) == (True, False)
+    assert _exp({**MO, "sampler": "tpe"}, **sch).bracket_count() == 2
+    assert _exp(MO, scheduler={"max_epochs": 27, "brackets": 3}).bracket_count() == 3
+
+
 def test_objectives_fill_metric_mode_and_samplers_get_the_constraints():
     exp = _exp({**MO, "constraints": [{"metric": "latency_ms", "max": 0.8}]})
     assert exp.search.metric == "val_accuracy" and exp.search.mode == "max"

@@ -99,9 +99,12 @@ def base_sampler(search: SearchSpec, seed: int | None = None) -> BaseSampler:
     ``search.objectives`` TPE is Optuna's multi-objective TPE (Ozaki et al. 2020/2022),
     the same class.
 
-    * ``auto`` (the default): with one objective and no constraints, a random-forest model
-      (SMAC's) and ``tpe`` asked in turn, each told of every trial
-      (:class:`automl.search._forest.ForestSampler` with ``every=2``); otherwise ``tpe``.
+    * ``auto`` (the default), without constraints (:attr:`SearchSpec.uses_forest`): a
+      random-forest model (SMAC's) and ``tpe``, each told of every trial
+      (:class:`automl.search._forest.ForestSampler`); with one objective asked in turn
+      (``every=2``), with several the forest on every trial after the start-up ones, on
+      ParEGO's scalarisation (``tpe`` samples the start-up trials and conditional
+      parameters). With constraints, ``tpe``.
     * ``tpe``: independent TPE (Bergstra et al. 2011) with the constant liar for
       parallel trials; ``multivariate_tpe``: multivariate, grouped TPE
       (Falkner et al. 2018), which handles conditional spaces by grouping.
@@ -118,9 +121,9 @@ def base_sampler(search: SearchSpec, seed: int | None = None) -> BaseSampler:
     if search.sampler in ("tpe", "auto"):
         tpe = s.TPESampler(seed=seed, n_startup_trials=startup, multivariate=False,
                            constant_liar=True)
-        if search.sampler == "tpe" or search.multi_objective or search.constraints:
+        if not search.uses_forest:
             return tpe
-        return ForestSampler(tpe, seed, startup, every=2)
+        return ForestSampler(tpe, seed, startup, every=1 if search.multi_objective else 2)
     if search.sampler == "multivariate_tpe":
         return s.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True, group=True,
                             constant_liar=True)

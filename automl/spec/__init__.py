@@ -235,8 +235,11 @@ class Experiment(_Strict):
 
     def bracket_count(self) -> int:
         """Hyperband brackets the rung policy runs: ``scheduler.brackets``, or with
-        ``auto`` 2 when :meth:`rung_count` allows, else 1 (:data:`AUTO_BRACKETS`)."""
+        ``auto`` 2 when :meth:`rung_count` allows, else 1 (:data:`AUTO_BRACKETS`); 1 with
+        several objectives searched by the random forest (:attr:`SearchSpec.uses_forest`)."""
         if self.scheduler.brackets == "auto":
+            if self.search.multi_objective and self.search.uses_forest:
+                return 1
             return max(1, min(AUTO_BRACKETS, self.rung_count()))
         return int(self.scheduler.brackets)
 

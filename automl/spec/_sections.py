@@ -404,8 +404,9 @@ class SearchSpec(_Strict):
     reported metric; a trial outside them is infeasible.
     """
 
-    #: ``auto``: TPE and a random-forest model in turn with one objective and no
-    #: constraints, TPE otherwise (``automl.search._sampler.base_sampler``)
+    #: ``auto``: without constraints, a random-forest model (SMAC's) with TPE, in turn with
+    #: one objective and after the start-up trials with several (ParEGO's scalarisation);
+    #: with constraints, TPE (``automl.search._sampler.base_sampler``)
     sampler: Literal["auto", "tpe", "multivariate_tpe", "random", "cmaes", "gp", "qmc",
                      "nsga2"] = "auto"
     seed: int = 0
@@ -499,6 +500,12 @@ class SearchSpec(_Strict):
         """True when ``objectives`` names two or three metrics."""
         return bool(self.objectives)
 
+    @property
+    def uses_forest(self) -> bool:
+        """True when the sampler is ``auto`` and resolves to the random-forest model (no
+        constraints; ``automl.search._forest.ForestSampler``)."""
+        return self.sampler == "auto" and not self.constraints
+
     def objective_list(self) -> list[tuple[str, str]]:
         """``[(metric, mode)]``: the objectives, or ``[(metric, mode)]`` for one."""
         if self.objectives:
@@ -511,10 +518,13 @@ class SchedulerSpec(_Strict):
     Hyperparameter Tuning"), budget in epochs; ``brackets`` > 1 runs asynchronous
     Hyperband (Li et al. 2018): bracket ``k`` starts at ``grace_period *
     reduction_factor**k`` (``automl.search.RungPolicy``). ``brackets: auto`` (the default)
-    runs 2 brackets when there are at least 2 rungs, else 1 (plain ASHA), and with one
-    objective lets them start at a higher rung when the lower one is measured to rank
-    trials poorly for the next (``RungPolicy(adaptive=True)``: Spearman's rho below 0.5
-    over at least 5 trials not judged there); the first 12 trials probe that rung (pass it
+    runs 2 brackets when there are at least 2 rungs, else 1 (plain ASHA); with several
+    objectives and the ``auto`` sampler's random forest (no constraints) 1 bracket, which
+    had the higher median hypervolume with that model on the multi-objective benchmark
+    (``benchmarks/results/multi_objective.md``); with one objective it lets them start at
+    a higher rung when the lower one is measured to rank trials poorly for the next
+    (``RungPolicy(adaptive=True)``: Spearman's rho below 0.5 over at least 5 trials not
+    judged there); the first 12 trials probe that rung (pass it
     unjudged) so its correlation is known early, and where it ranks well (rho at least
     0.8) the window narrows to one bracket, 10% of trials still probing
     (``automl.search.make_policy``). With the rank cutoff it had the lowest sum of average
