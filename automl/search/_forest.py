@@ -173,13 +173,21 @@ class ForestSampler(BaseSampler):
         if len(rows) < 3:
             return {}
         rng = np.random.default_rng([self.seed, trial.number])
+        return self._propose(search_space, seen, rows, values, top, rng)
+
+    def _propose(self, search_space: dict[str, BaseDistribution], seen: np.ndarray,
+                 rows: np.ndarray, values: np.ndarray, top: float,
+                 rng: np.random.Generator) -> dict[str, Any]:
+        """Fit the forest on ``rows`` -> ``values`` (costs) and return the configuration of
+        largest expected improvement over ``top`` (or the best predicted cost of ``seen``,
+        the encoded configurations, whichever is smaller)."""
         model = self._fit(rows, values, rng)
         seen_mean, _ = _predict(model, seen)
         best = min(top, float(seen_mean.min()))
         x = self._maximise(model, best, seen[np.argsort(seen_mean)[:self.n_local]],
                            [len(d.choices) if isinstance(d, CategoricalDistribution) else 0
                             for d in search_space.values()], rng)
-        return {n: decode(search_space[n], x[j]) for j, n in enumerate(names)}
+        return {n: decode(search_space[n], x[j]) for j, n in enumerate(search_space)}
 
     def _sample_several(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
@@ -199,13 +207,8 @@ class ForestSampler(BaseSampler):
         w = rng.dirichlet(np.ones(cost.shape[1]))
         values = (scaled * w).max(1) + 0.05 * (scaled * w).sum(1)
         seen = np.array([[encode(search_space[n], t.params[n]) for n in names] for t in done])
-        model = self._fit(np.hstack([seen, np.ones((len(seen), 1))]), values, rng)
-        seen_mean, _ = _predict(model, seen)
-        best = min(float(values.min()), float(seen_mean.min()))
-        x = self._maximise(model, best, seen[np.argsort(seen_mean)[:self.n_local]],
-                           [len(d.choices) if isinstance(d, CategoricalDistribution) else 0
-                            for d in search_space.values()], rng)
-        return {n: decode(search_space[n], x[j]) for j, n in enumerate(names)}
+        rows = np.hstack([seen, np.ones((len(seen), 1))])  # every row at the largest epoch
+        return self._propose(search_space, seen, rows, values, float(values.min()), rng)
 
     def _fit(self, rows: np.ndarray, values: np.ndarray, rng: np.random.Generator):
         from sklearn.ensemble import RandomForestRegressor
