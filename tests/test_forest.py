@@ -5,6 +5,7 @@ Pure Optuna and scikit-learn, no Ray."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 
@@ -152,3 +153,48 @@ def test_several_objectives_are_modelled_by_parego_and_find_the_pareto_set():
     # 0.4 on median); a wrong sign on the maximised objective sends them all to x = 1
     assert statistics.median(p["y"] for p in model) < 0.1 < 0.3 < statistics.median(p["y"] for p in rand)
     assert statistics.median(p["x"] for p in model) < 0.5
+
+
+_REPLAY = """
+import json, optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+from automl.search._forest import ForestSampler
+
+def objective(trial):  # few distinct values: the forest's predictions tie often
+    w = trial.suggest_categorical("width", [8, 16, 32, 64])
+    d = trial.suggest_int("depth", 1, 3)
+    lr = trial.suggest_float("lr", 1e-4, 1e-1, log=True)
+    return round(1.0 - abs(lr - 0.01) * 5 - 0.1 / d, 2), float(w * d)
+
+out = []
+for seed in range(1):
+    sampler = ForestSampler(optuna.samplers.RandomSampler(seed=seed), seed=seed, n_startup_trials=6)
+    study = optuna.create_study(sampler=sampler, directions=["maximize", "minimize"])
+    study.optimize(objective, n_trials=30)
+    out.append([t.params for t in study.trials])
+print(json.dumps(out))
+"""
+
+
+def test_a_study_replays_the_same_whatever_simd_numpy_dispatches_to():
+    # numpy sorts with the widest SIMD the CPU has (x86-simd-sort), and ties come out in
+    # another order on another CPU: the forest's proposals must not depend on that order
+    # (its argsorts are stable), or a record made on one machine does not replay on the next
+    import os
+    import subprocess
+    import sys
+
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as cpu
+    except ImportError:
+        pytest.skip("numpy does not expose its CPU features")
+    if not cpu.get("AVX2"):
+        pytest.skip("no AVX2 to switch off on this CPU")
+
+    def run(**env):
+        out = subprocess.run([sys.executable, "-c", _REPLAY], capture_output=True, text=True,
+                             timeout=120, env={**os.environ, **env})
+        assert out.returncode == 0, out.stderr[-2000:]
+        return json.loads(out.stdout)
+
+    assert run() == run(NPY_DISABLE_CPU_FEATURES="X86_V3")

@@ -111,7 +111,12 @@ class ForestSampler(BaseSampler):
     probability 1/d) around the ``n_local`` best observed configurations, then
     ``rounds`` rounds of steps around the 5 best candidates. Running trials are not rows
     (see the module doc). Every draw comes from
-    ``numpy.random.default_rng([seed, trial number])``, so a study replays exactly.
+    ``numpy.random.default_rng([seed, trial number])`` and every sort is stable, so a
+    study replays exactly, on any CPU: numpy's default sort runs on the widest SIMD the CPU
+    has and orders ties differently with it, which made the forest's proposals differ with
+    AVX2 switched off (``NPY_DISABLE_CPU_FEATURES=X86_V3``) from the first trial with tied
+    predictions on. The fallback may not replay across CPUs: Optuna's multi-objective TPE,
+    sampling rbv2_xgboost's conditional parameters, did not.
 
     Several objectives (the study's directions): ParEGO's scalarisation (Knowles 2006,
     "ParEGO: A Hybrid Algorithm With On-Line Landscape Approximation for Expensive
@@ -184,7 +189,7 @@ class ForestSampler(BaseSampler):
         model = self._fit(rows, values, rng)
         seen_mean, _ = _predict(model, seen)
         best = min(top, float(seen_mean.min()))
-        x = self._maximise(model, best, seen[np.argsort(seen_mean)[:self.n_local]],
+        x = self._maximise(model, best, seen[np.argsort(seen_mean, kind="stable")[:self.n_local]],
                            [len(d.choices) if isinstance(d, CategoricalDistribution) else 0
                             for d in search_space.values()], rng)
         return {n: decode(search_space[n], x[j]) for j, n in enumerate(search_space)}
@@ -244,7 +249,7 @@ class ForestSampler(BaseSampler):
         cands = np.vstack([rand, *(steps(x, 20) for x in starts)])
         score = ei(cands)
         for _ in range(self.rounds):
-            new = np.vstack([steps(x, 20) for x in cands[np.argsort(-score)[:5]]])
+            new = np.vstack([steps(x, 20) for x in cands[np.argsort(-score, kind="stable")[:5]]])
             cands, score = np.vstack([cands, new]), np.concatenate([score, ei(new)])
         return cands[int(np.argmax(score))]
 
