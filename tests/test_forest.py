@@ -166,13 +166,10 @@ def objective(trial):  # few distinct values: the forest's predictions tie often
     lr = trial.suggest_float("lr", 1e-4, 1e-1, log=True)
     return round(1.0 - abs(lr - 0.01) * 5 - 0.1 / d, 2), float(w * d)
 
-out = []
-for seed in range(1):
-    sampler = ForestSampler(optuna.samplers.RandomSampler(seed=seed), seed=seed, n_startup_trials=6)
-    study = optuna.create_study(sampler=sampler, directions=["maximize", "minimize"])
-    study.optimize(objective, n_trials=30)
-    out.append([t.params for t in study.trials])
-print(json.dumps(out))
+sampler = ForestSampler(optuna.samplers.RandomSampler(seed=0), seed=0, n_startup_trials=6)
+study = optuna.create_study(sampler=sampler, directions=["maximize", "minimize"])
+study.optimize(objective, n_trials=30)
+print(json.dumps([t.params for t in study.trials]))
 """
 
 

@@ -112,12 +112,13 @@ class ForestSampler(BaseSampler):
     probability 1/d) around the ``n_local`` best observed configurations, then
     ``rounds`` rounds of steps around the 5 best candidates. Running trials are not rows
     (see the module doc). Every draw comes from
-    ``numpy.random.default_rng([seed, trial number])`` and every sort is stable, so a
-    study replays exactly, on any CPU: numpy's default sort runs on the widest SIMD the CPU
-    has and orders ties differently with it, which made the forest's proposals differ with
-    AVX2 switched off (``NPY_DISABLE_CPU_FEATURES=X86_V3``) from the first trial with tied
-    predictions on. The fallback may not replay across CPUs: Optuna's multi-objective TPE,
-    sampling rbv2_xgboost's conditional parameters, did not.
+    ``numpy.random.default_rng([seed, trial number])``, so a study replays exactly on one
+    machine. Every sort is stable: numpy's default sort runs on the widest SIMD the CPU has
+    and orders ties differently with it, which made the forest's proposals differ with AVX2
+    switched off (``NPY_DISABLE_CPU_FEATURES=X86_V3``). Across CPUs replay is likely, not
+    sure: with the stable sorts 5 of 6 LCBench runs matched with AVX2 off, and
+    rbv2_xgboost's did not (Optuna's multi-objective TPE samples its conditional
+    parameters).
 
     Several objectives (the study's directions): ParEGO's scalarisation (Knowles 2006,
     "ParEGO: A Hybrid Algorithm With On-Line Landscape Approximation for Expensive
