@@ -36,8 +36,9 @@ LCBench at 1/3 and full budget, then rbv2): multi-objective TPE alone, the defau
 this one, 30, 35, 29, 24; the forest and TPE in turn, objectives scaled by rank or by range,
 29-31 on LCBench at 1/3 and 26 on rbv2 at full budget; the forest on every trial after the
 start-up ones with 2 ASHA brackets 28, 39, 32, 36, and with 1 (this version) 34, 37, 34,
-32, and on fresh seeds 40-59 (``mo_fresh_seeds/``) 17, 19, 17, 19 of 20; re-run with the
-stable sorts on a machine without AVX-512 (see the class doc), 16, 20, 16, 17 of 20.
+32, and on fresh seeds 40-59 (``mo_fresh_seeds/``) 17, 19, 17, 19 of 20. Both records
+re-run with the stable sorts on a machine without AVX-512 (see the class doc): 34, 40, 32,
+31 of 40 (2 brackets: 30, 40, 32, 32), and 16, 20, 16, 17 of 20.
 """
 
 from __future__ import annotations
