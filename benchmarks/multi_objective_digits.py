@@ -10,6 +10,13 @@ two runs at a time in worker processes (each on 1 torch thread, so a trial's lat
 measured beside the other process's training; ``latency_stability`` found the p50 at
 batch 1 within its idle spread then). NSGA-II is left out (its first generation of 50 is
 random sampling at this budget; ``random`` stands for it).
+
+The hypervolume scores each model trained to ``max_t`` by its validation accuracy and by
+the median latency of its architecture over every measurement in the run (all methods and
+seeds, :func:`benchmarks.multi_objective.pooled_costs`): one measurement's spread (about a
+third of the median between calls here) is larger than the gap between the fastest
+architectures, on which this front's volume turns. Each search still sees only its own
+trials' measurements, and a second table gives the volume by those.
 ``python -m benchmarks --only multi_objective_digits``.
 """
 

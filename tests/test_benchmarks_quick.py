@@ -222,6 +222,19 @@ def test_multi_objective_quick_gives_hypervolume_curves():
         assert result.data[name]["curves"]["ours"][0][-1] > 0
 
 
+def test_pooled_costs_score_each_model_by_the_median_of_its_architecture():
+    from benchmarks.multi_objective import pooled_costs, resnet_architecture
+
+    runs = {"ours": [[(12, 0.9, 1.0, "a"), (24, 0.8, 3.0, "b")], [(12, 0.7, 4.0, "a")]],
+            "random": [[(12, 0.95, 2.0, "a"), (24, 0.6, 5.0, None)]]}
+    out = pooled_costs(runs)
+    assert [p[2] for r in out["ours"] for p in r] == [2.0, 3.0, 2.0]  # a: median of 1, 4, 2
+    assert [p[2] for p in out["random"][0]] == [2.0, 5.0]  # no key: its own measurement
+    assert out["ours"][0][0][:2] == (12, 0.9) and runs["ours"][0][0][2] == 1.0  # a copy
+    assert resnet_architecture({"depth": 1, "width": 8, "stages": 2, "lr": 0.1}) == \
+        "depth=1,width=8,stages=2"
+
+
 def test_study_ask_quick_times_three_storages_on_the_same_proposals():
     from benchmarks import study_ask
 
