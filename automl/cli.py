@@ -162,15 +162,71 @@ def search(
         from automl.nightly import run_job
         from automl.pipeline import choose_run_dir, find_unfinished
 
+        again = _resume_command(spec, exp, output)
         if resume:
             _resume(find_unfinished(exp, output, name), address, dashboard_host,
-                    dashboard_port, metrics_port)
+                    dashboard_port, metrics_port, again=again)
             return
         run_dir = choose_run_dir(exp, output, name)
         _quiet_optuna()
-        run_job(exp, run_dir, address=address, console=console,
-                dashboard_host=dashboard_host, dashboard_port=dashboard_port,
-                metrics_port=metrics_port)
+        with _job_interrupts(run_dir, again(run_dir)):
+            run_job(exp, run_dir, address=address, console=console,
+                    dashboard_host=dashboard_host, dashboard_port=dashboard_port,
+                    metrics_port=metrics_port)
+
+
+def _resume_command(spec: Path, exp, output: str | None):
+    """``run_dir -> the command that resumes it``: ``automl search SPEC --resume``, with
+    ``--output`` and ``--name`` only where the spec's own would not find that run."""
+    import shlex
+
+    def command(run_dir: Path) -> str:
+        words = ["automl", "search", str(spec), "--resume"]
+        if output is not None:
+            words += ["--output", output]
+        if run_dir.name != exp.name:
+            words += ["--name", run_dir.name]
+        return shlex.join(words)
+    return command
+
+
+#: the main job's stages in order, as ``<run_dir>/stages/<name>.json`` records them
+_JOB_STAGES = ("search", "cv", "refit", "compression", "publish")
+
+
+@contextlib.contextmanager
+def _job_interrupts(run_dir: Path, resume_with: str) -> Iterator[None]:
+    """Ctrl-C while the main job runs (:class:`automl._interrupt.JobInterrupts`): the
+    first stops it within seconds, says in one line where it stopped and how to resume,
+    and exits 130; the second stops at once. An error raised while the job unwinds after
+    a Ctrl-C is the interrupt's, not a failure of its own."""
+    from automl._interrupt import JobInterrupts, interrupted, leave
+
+    def say(line: str) -> None:
+        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    with JobInterrupts(say):
+        try:
+            yield
+        except (KeyboardInterrupt, Exception) as e:
+            if not (isinstance(e, KeyboardInterrupt) or interrupted()):
+                raise
+            say(_interrupted_line(run_dir, resume_with))
+            leave()
+
+
+def _interrupted_line(run_dir: Path, resume_with: str) -> str:
+    """One line: the stage the job stopped in, that nothing was published, and how to
+    resume (or that nothing was written yet)."""
+    if not (run_dir / "spec.yaml").exists():
+        return ("interrupted before the run directory was written; nothing to resume "
+                "(run the same command again)")
+    done = [n for n in _JOB_STAGES if (run_dir / "stages" / f"{n}.json").exists()]
+    left = next((n for n in _JOB_STAGES if n not in done), None)
+    where = f"in stage {left}" if left else "after the last stage"
+    before = f" ({', '.join(done)} finished before)" if done else ""
+    published = "" if "publish" in done else "; nothing was published"
+    return f"interrupted {where}{before}{published}; resume with: {resume_with}"
 
 
 def _quiet_optuna() -> None:
@@ -181,7 +237,11 @@ def _quiet_optuna() -> None:
 
 
 def _resume(run_dir: Path, address, dashboard_host="127.0.0.1", dashboard_port=8265,
-            metrics_port=None) -> None:
+            metrics_port=None, again=None) -> None:
+    """Continue the unfinished run ``run_dir``; ``again(run_dir)`` is the command a
+    Ctrl-C names to resume it (default: ``automl resume RUN_DIR``)."""
+    import shlex
+
     from automl.nightly import run_job
     from automl.spec import load_spec
 
@@ -191,8 +251,11 @@ def _resume(run_dir: Path, address, dashboard_host="127.0.0.1", dashboard_port=8
     exp = load_spec(run_dir / "spec.yaml")
     _quiet_optuna()
     console.print(f"resume {run_dir}")
-    run_job(exp, run_dir, address=address, console=console, dashboard_host=dashboard_host,
-            dashboard_port=dashboard_port, metrics_port=metrics_port, resume=True)
+    with _job_interrupts(run_dir, again(run_dir) if again else
+                         shlex.join(["automl", "resume", str(run_dir)])):
+        run_job(exp, run_dir, address=address, console=console,
+                dashboard_host=dashboard_host, dashboard_port=dashboard_port,
+                metrics_port=metrics_port, resume=True)
 
 
 @app.command()

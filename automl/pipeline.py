@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from automl._interrupt import check as check_interrupt
 from automl._io import write_json, write_text
 from automl._progress import StageProgress
 from automl.budget import JobBudget, candidate_of
@@ -217,6 +218,7 @@ class Stages:
             return load(rec["result"]) if load else rec["result"]
         t0 = time.perf_counter()
         result = fn()
+        check_interrupt()  # a stage counts as finished only when it ended by itself
         data = result.to_dict() if hasattr(result, "to_dict") else result
         write_json(self.dir / f"{name}.json", {
             "stage": name, "wall_s": round(time.perf_counter() - t0, 3),

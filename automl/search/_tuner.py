@@ -25,6 +25,7 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler
 from rich.console import Console
 
+from automl._interrupt import no_tune_handler
 from automl.cluster import Admission, admit_trials, trial_bundles
 from automl.search._adapters import (
     TRIAL_KEY,
@@ -229,7 +230,8 @@ def run_search(
                     verbose=0,
                 ),
             )
-            tuner.fit()
+            with no_tune_handler():  # Ctrl-C raises here, running trials stay RUNNING
+                tuner.fit()
     finally:
         ledger.close()
     wall = time.perf_counter() - t0

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from automl._interrupt import check as check_interrupt
 from automl._io import append_jsonl
 from automl._progress import StageProgress
 from automl.data import Dataset, Splits
@@ -23,6 +24,9 @@ from automl.selection._schedule import AllOf, FoldSchedule
 from automl.selection._scores import choose_winner, summarize_folds
 from automl.selection._tasks import fit_predict, warm_up, with_scores
 from automl.spec import Experiment
+
+#: seconds one wait for fold trainings lasts at most before the interrupt flag is checked
+WAIT_STEP_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,12 @@ def _run_tasks(data_ref, schedule, job_of, *, labels: np.ndarray, num_classes: i
                 raise RunError("cross-validation's schedule stalled with folds left to train",
                                where="selection")
             left = deadline - time.monotonic()
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=max(left, 0.0))
+            # in steps of at most a second: on the refit's thread no Ctrl-C reaches ray.wait
+            done, _ = ray.wait(list(pending), num_returns=1,
+                               timeout=min(max(left, 0.0), WAIT_STEP_S))
+            check_interrupt()
+            if not done and time.monotonic() < deadline:
+                continue
             if not done:
                 raise RunError(f"cross-validation did not finish in time ({len(pending)} fold "
                                f"trainings running)", where="selection.timeout_s",
