@@ -42,7 +42,8 @@ _FIXES = {
     "tuple_type": "write a list: [a, b], or one '- item' per line",
 }
 #: the spec's patterns in words: (what a value must be, the fix)
-_NAME = "a name of letters, digits, '_', '.' and '-' (starting with a {first}, at most {n} characters)"
+_NAME = ("a name of letters, digits, '_', '.' and '-' (starting with a {first}, at most {n} "
+         "characters)")
 _PATTERNS = {
     r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$": (_NAME.format(first="letter or digit", n=64),
                                            "rename it"),
@@ -52,11 +53,14 @@ _PATTERNS = {
     r"^[a-z][a-z0-9+.-]*://\S+$": ("a URI with a scheme", "write s3://bucket/path, "
                                    "gs://bucket/path or file:///absolute/path"),
 }
-_SHOWN = reprlib.Repr()  # keyword arguments need Python 3.12
-_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxlevel = 40, 40, 4, 4, 2
+_SHOWN = reprlib.Repr()  # (keyword arguments need Python 3.12) received values, cut
+_SHOWN.maxstring = _SHOWN.maxother = 40
+_SHOWN.maxlist = _SHOWN.maxdict = 4
+_SHOWN.maxlevel = 2
 
 
-def first_error(error: ValidationError, data: dict, root: type[BaseModel]) -> tuple[str, str | None]:
+def first_error(error: ValidationError, data: dict,
+                root: type[BaseModel]) -> tuple[str, str | None]:
     """The first error of ``error`` (an unknown key first: it explains the errors it
     causes) as ``(message, fix)``: the message starts with the key path; the fix is None
     when the message says it (a check of our own, an unknown key's "did you mean").
@@ -123,8 +127,8 @@ def _expected(err: dict) -> str | None:
         words, name = bounds[kind]
         return f"{words} {_number(ctx[name])}"
     if kind in ("literal_error", "enum"):
-        choices = _choices(ctx.get("expected", ""))
-        return ("one of " if len(choices) > 2 else "") + ctx.get("expected", "")
+        many = len(_choices(ctx.get("expected", ""))) > 2
+        return ("one of " if many else "") + ctx.get("expected", "")
     if kind == "string_pattern_mismatch":
         pattern = ctx.get("pattern")
         return _PATTERNS.get(pattern, (f"text matching {pattern}",))[0]
