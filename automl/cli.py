@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +19,10 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from automl._io import shown
-from automl.errors import EXIT_INTERRUPTED, AutoMLError, SpecError
+from automl.errors import EXIT_FAILED_RUN, EXIT_INTERRUPTED, EXIT_OK, AutoMLError, SpecError
 from automl.registry import DEFAULT_REGISTRY
 
 
@@ -40,8 +42,45 @@ def _no_type_for_flags() -> None:
     TyperOption.display_type_rich = display_type_rich
 
 
+class _OneLineUsage(TyperGroup):
+    """Usage errors (a bad flag value, an unknown option, a missing argument) in every
+    command, as every other error: one line on stderr, ``error: <what> (see <command>
+    --help)``, exit 2, instead of typer's boxed usage. ``automl`` (or ``automl registry``)
+    alone prints its help on stdout and exits 0; ``--help`` is unchanged."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:  # not standalone: typer returns exit codes and raises what it would print
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except typer.TyperException as e:  # typer's own click: UsageError and the like
+            ctx = getattr(e, "ctx", None)
+            if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
+                console.print(ctx.get_help(), markup=False, highlight=False)
+                sys.exit(EXIT_OK)
+            err_console.print(f"error: {_usage_line(e, ctx)}", markup=False, highlight=False,
+                              soft_wrap=True)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            err_console.print("aborted")
+            sys.exit(EXIT_FAILED_RUN)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _usage_line(error: Exception, ctx) -> str:
+    """A usage error in the project's form: ``no such option: --nam; did you mean --name?
+    (see automl search --help)``."""
+    what = " ".join(error.format_message().split()).replace("Input should be ", "must be ")
+    what = re.sub(r"\.? \(Possible options?: ([^)]*)\)$", r"; did you mean \1?", what)
+    what = re.sub(r"\. Did you mean ", "; did you mean ", what).rstrip(".")
+    fix = f"see {ctx.command_path} --help" if ctx is not None else None
+    return AutoMLError(what[:1].lower() + what[1:], fix=fix).one_line()
+
+
 _no_type_for_flags()
 app = typer.Typer(
+    cls=_OneLineUsage,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -83,18 +122,19 @@ def _spec_sections() -> set[str]:
 
 @app.command()
 def validate(spec: Path = typer.Argument(..., help="experiment spec (YAML)")) -> None:
-    """Validate SPEC and its data.path; print the resolved spec and its search-space size."""
+    """Check SPEC and its data as `search` does before Ray starts; print spec, space, data.
+
+    The data are loaded, split and folded (a missing target column, a class too small for
+    the folds: one line, exit 2); no Ray starts."""
     import yaml
 
+    from automl.prepare import prepare
     from automl.space import describe
     from automl.spec import load_spec
 
     with _cli_errors(spec):
         exp = load_spec(spec)
-        if exp.data.path:  # a file source: `search` would stop on a missing file, so say it now
-            from automl.data import data_path
-
-            data_path(exp.data)
+        prepared = prepare(exp)  # what `search` refuses before Ray starts, refused here
     console.print(yaml.safe_dump(exp.to_dict(), sort_keys=False), markup=False, highlight=False)
     info = describe(exp)
     size = "continuous (infinitely many)" if math.isinf(info["size"]) else f"{info['size']:,.0f}"
@@ -111,6 +151,7 @@ def validate(spec: Path = typer.Argument(..., help="experiment spec (YAML)")) ->
     ):
         console.print(f"warning: sampler {exp.search.sampler} samples categorical parameters at "
                       "random (Optuna's independent sampler); tpe models them", style="yellow")
+    console.print(prepared.line(), markup=False, highlight=False)
     console.print(f"{spec}: valid")
 
 
@@ -268,6 +309,9 @@ def resume(
 
     Finished trials are kept; unfinished ones continue from their last checkpoint; ASHA and the study resume."""
     with _cli_errors():
+        from automl.rundir import require_run_dir
+
+        require_run_dir(run_dir)
         if not (run_dir / "spec.yaml").exists():
             raise SpecError("not a run directory (no spec.yaml)", where=str(run_dir),
                             fix="pass the folder `automl search` printed as its run dir")

@@ -7,11 +7,25 @@ wrong, and what would fix it. The CLI prints ``str(error)`` and exits with
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 EXIT_OK = 0
 EXIT_FAILED_RUN = 1
 EXIT_BAD_INPUT = 2
 EXIT_RESOURCES = 3
 EXIT_INTERRUPTED = 130
+
+
+def cut_list(items: Iterable, keep: int = 5) -> str:
+    """``items`` as ``a, b, c, d, e and 195 more``: a list inside a one-line message (the
+    columns of a table, the classes) stays short however long the list. Up to ``keep + 1``
+    items are all shown (``and 1 more`` would be no shorter); an empty list is ``none``."""
+    items = [str(i) for i in items]
+    if not items:
+        return "none"
+    if len(items) <= keep + 1:
+        return ", ".join(items)
+    return f"{', '.join(items[:keep])} and {len(items) - keep} more"
 
 
 class AutoMLError(Exception):

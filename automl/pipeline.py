@@ -13,7 +13,6 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,11 @@ from automl._io import write_json, write_text
 from automl._progress import StageProgress
 from automl.budget import JobBudget, candidate_of
 from automl.errors import DataError, ResourceError, RunError, SpecError
+from automl.prepare import Prepared, prepare
 from automl.search import Objectives, cv_candidates
 from automl.search._result import SearchResult
 from automl.selection._cv import CVResult
-from automl.spec import KIND_WORDS, Experiment, kind_mismatch
+from automl.spec import Experiment
 
 #: the folder of a run directory that holds each finished stage's result
 STAGES = "stages"
@@ -131,54 +131,6 @@ def check_storage(exp: Experiment, nodes: int) -> None:
 def spec_hash(exp: Experiment) -> str:
     """sha256 of the resolved spec (canonical JSON), for lineage."""
     return hashlib.sha256(json.dumps(exp.to_dict(), sort_keys=True).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """The data of a run, loaded, cleaned and split, and the arrays the search trains on
-    (preprocessing fitted on the train rows only).
-
-    Attributes:
-        dataset: the ``automl.data.Dataset``; splits: its ``Splits``; info: the
-            ``data.json`` description; search_data: the search's ``TrialData`` arrays
-            ``(X_train, y_train, X_val, y_val)``.
-    """
-
-    dataset: Any
-    splits: Any
-    info: dict
-    search_data: tuple
-
-
-def prepare(exp: Experiment, console: Console) -> Prepared:
-    """Load and clean the data, split it (the test split is never searched on), check the
-    fold plan (tiny classes fail here, before any cluster time is spent) and fit the
-    search's preprocessing on the train rows.
-
-    Raises:
-        DataError: the data cannot be loaded, or a class is too small for the split or folds.
-    """
-    from automl.data import fit_transform, load_dataset, split_dataset
-    from automl.selection import make_folds
-
-    dataset = load_dataset(exp.data)
-    _check_kind(exp, dataset)
-    splits = split_dataset(dataset, exp.data)  # MNIST-1D keeps the paper's own test split
-    sel = exp.selection
-    make_folds(dataset.y, splits.pool, sel.cv_folds, sel.cv_repeats, exp.data.seed,
-               allow_fewer=sel.allow_fewer_folds, classes=dataset.classes)
-    (X_tr, y_tr), (X_val, y_val), _ = fit_transform(
-        dataset, splits.train, splits.val, splits.test, impute=exp.data.impute
-    )
-    info = {**dataset.describe(), "split": splits.sizes(),
-            "model_input_shape": list(X_tr.shape[1:])}  # after one-hot encoding
-    counts = ", ".join(f"{c}: {n}" for c, n in list(info["class_counts"].items())[:12])
-    console.print(f"data   {dataset.name}: {dataset.n_rows} rows, input {tuple(X_tr.shape[1:])}, "
-                  f"{dataset.num_classes} classes ({counts}); removed "
-                  f"{info['cleaning']['duplicate_rows']} duplicate and "
-                  f"{info['cleaning']['missing_target_rows']} unlabelled rows; "
-                  f"split {splits.sizes()}", highlight=False)
-    return Prepared(dataset, splits, info, (X_tr, y_tr, X_val, y_val))
 
 
 def start_run_dir(exp: Experiment, run_dir: Path, info: dict) -> None:
@@ -691,17 +643,6 @@ def _row(t, metric: str, objectives=()) -> dict:
     extra = {m: t.metrics.get(m) for m, _ in objectives if m != metric}
     return {"trial_id": t.trial_id, metric: t.metrics.get(metric), **extra,
             "epochs": t.epochs_run, "end_state": t.end_state, "params": t.params}
-
-
-def _check_kind(exp: Experiment, dataset) -> None:
-    """Spec choices that need another kind of data (images, 1D signals), checked against
-    data whose kind only the file tells (an npz without ``data.kind``)."""
-    problem = kind_mismatch(dataset.kind, exp.model.families(), exp.data.augment,
-                            [(i, s.family) for i, s in exp.compression.students()])
-    if problem:
-        key, needs, fix = problem
-        raise DataError(f"holds {KIND_WORDS[dataset.kind]} but {key} {needs}",
-                        where=dataset.name, fix=fix)
 
 
 def print_leaderboard(console: Console, rows: list[dict], metric: str) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 from filelock import FileLock
 
 from automl._io import UMASK, write_json
-from automl.errors import RegistryError
+from automl.errors import RegistryError, cut_list
 
 CHECKPOINT = "automl.checkpoint/1"
 DEFAULT_REGISTRY = "runs/registry"  # the CLI's --dir default: <output.dir>/registry of the default
@@ -142,7 +142,7 @@ class Registry:
         """Every version of ``name``, oldest first. Raises RegistryError if there is none."""
         numbers = self._numbers(check_name(name))
         if not numbers:
-            known = ", ".join(self.names()) or "none"
+            known = cut_list(self.names())
             raise RegistryError(f"no model named {name!r} (registered: {known})",
                                 where=str(self.root), fix="see `automl registry list`")
         return [self._read(name, n) for n in numbers]
@@ -166,7 +166,7 @@ class Registry:
             return hit[0]
         entry = self.aliases(name).get(tag)
         if entry is None:
-            known = ", ".join(sorted(self.aliases(name))) or "none"
+            known = cut_list(sorted(self.aliases(name)))
             raise RegistryError(f"{name} has no alias {tag!r} (aliases: {known})", where=ref,
                                 fix="use NAME@VERSION or promote a version first")
         return self._read(name, int(entry["version"]))

@@ -121,19 +121,19 @@ def reproduce_run(run_dir: str | Path, console=None) -> Reproduction:
     ``best/model.pt``. Writes ``RUN_DIR/reproduce.json``.
 
     Raises:
-        DataError: RUN_DIR is not a finished run with a reproducibility record, or its data
-            changed (sha256).
+        DataError: RUN_DIR does not exist, is not a finished run with a reproducibility
+            record, or its data changed (sha256).
         RunError: neither the weights are identical nor the test accuracy is within the CV
             standard error of the recorded one.
     """
     import torch
 
     from automl.data import load_dataset, split_dataset
-    from automl.rundir import read_summary
+    from automl.rundir import read_summary, require_run_dir
     from automl.selection import fit_and_score
     from automl.spec import load_spec
 
-    run_dir = Path(run_dir)
+    run_dir = require_run_dir(run_dir)
     for name in ("spec.yaml", "summary.json", "best/model.pt", RECORD):
         if not (run_dir / name).is_file():
             raise DataError(f"{name} is missing, so there is nothing to reproduce from",

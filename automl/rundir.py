@@ -17,6 +17,20 @@ from automl.errors import DataError
 SUMMARY = "summary.json"
 
 
+def require_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir`` as a path, when it is a folder: every command that reads a run directory
+    (``report``, ``reproduce``, ``compress``, ``resume``) says the same when it is not.
+
+    Raises:
+        DataError: no such folder (exit code 2 at the CLI: the caller passed a wrong path).
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise DataError("run directory does not exist", where=str(run_dir),
+                        fix="pass a folder written by `automl search`")
+    return run_dir
+
+
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
     """``<run_dir>/summary.json`` as a dict.
 
@@ -24,10 +38,7 @@ def read_summary(run_dir: str | Path) -> dict[str, Any]:
         DataError: the folder or its summary is missing or unreadable (exit code 2 at the
             CLI: the caller passed a wrong folder).
     """
-    path = Path(run_dir) / SUMMARY
-    if not Path(run_dir).is_dir():
-        raise DataError("run directory does not exist", where=str(run_dir),
-                       fix="pass a folder written by `automl search`")
+    path = require_run_dir(run_dir) / SUMMARY
     try:
         summary = json.loads(path.read_text())
     except (OSError, ValueError) as e:

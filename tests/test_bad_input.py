@@ -11,11 +11,11 @@ from typer.testing import CliRunner
 from automl.cli import app
 
 
-def _png(path, size=(8, 8)):
+def _png(path, size=(8, 8), value=0):
     from PIL import Image
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.zeros(size, dtype=np.uint8)).save(path)
+    Image.fromarray(np.full(size, value, dtype=np.uint8)).save(path)
 
 
 def _csv_spec(name, extra=""):
@@ -154,3 +154,244 @@ def test_help_shows_no_type_beside_flags():
     out = CliRunner().invoke(app, ["search", "--help"], env={"COLUMNS": "120"}).output
     assert "--resume" in out and "<bool>" not in out
     assert "<int range>" in out  # --num-samples still says what it takes
+
+
+# --------------------------------------------------------------------------- issue 45, inputs
+def _validate(tmp_path, monkeypatch, spec_text, files=None):
+    monkeypatch.chdir(tmp_path)
+    _make(tmp_path, files or {})
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(spec_text)
+    return CliRunner().invoke(app, ["validate", str(spec)])
+
+
+@pytest.mark.parametrize("case", sorted(DATA), ids=str)
+def test_validate_refuses_what_search_refuses(tmp_path, monkeypatch, case):
+    """`automl validate` reads the data as `search` does before Ray starts: every bad data
+    file of the corpus is one line and exit 2 there too (a missing target column said
+    "valid")."""
+    import re
+
+    import ray
+
+    files, text, pattern = DATA[case]
+    result = _validate(tmp_path, monkeypatch, text, files)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: ") and re.search(pattern, lines[0]), lines[0]
+    assert not ray.is_initialized()
+
+
+def test_validate_prints_the_data_line_without_importing_ray(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    code = ("import sys\nfrom automl.cli import main\nsys.argv = ['automl', 'validate', "
+            f"{str(REPO / 'search_spaces' / 'resnet.yaml')!r}]\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+            "print('ray' in sys.modules, 'torch' in sys.modules, code)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == "False False 0", proc.stdout + proc.stderr
+    assert lines[-2].endswith("resnet.yaml: valid")
+    assert lines[-3].startswith("data   digits: 1797 rows, input (1, 8, 8), 10 classes")
+
+
+SPEC_MESSAGES = {  # pydantic's "Input should be ..." in the project's one-line form
+    "search:\n  num_samples: abc\n":
+        r"search\.num_samples: must be a whole number, got 'abc' \(write a whole number",
+    "data:\n  test_size: 1.5\n":
+        r"data\.test_size: must be less than 1, got 1\.5 \(use a value below 1\)$",
+    "search:\n  sampler: tpee\n":
+        r"search\.sampler: must be one of 'auto', 'tpe', .*, got 'tpee' \(did you mean 'tpe'\?\)$",
+    "scheduler:\n  brackets: many\n":
+        r"scheduler\.brackets: must be 'auto' or a whole number, got 'many'$",
+    "data:\n  dedupe: maybe\n": r"data\.dedupe: must be true or false, got 'maybe' \(write true",
+    "search:\n  num_samples: 0\n": r"search\.num_samples: must be at least 1, got 0 \(use 1 or more\)",
+    "search: fast\n": r"search: must be a section of keys, got 'fast' \(write search: with its keys",
+    "name: ../escape\n": r"name: must be a name of letters, digits.*, got '\.\./escape' \(rename it\)",
+    "data:\n  test_size: abc\n  val_size: 3\n":
+        r"data\.test_size: must be a number, got 'abc' \(.*; 1 more error after this one\)$",
+}
+
+
+@pytest.mark.parametrize("text", sorted(SPEC_MESSAGES), ids=lambda t: t.split(":")[0])
+def test_pydantic_errors_read_as_our_own(tmp_path, text):
+    import re
+
+    from conftest import write_spec
+
+    from automl.errors import SpecError
+    from automl.spec import load_spec
+
+    path = write_spec(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    line = str(info.value)
+    assert line.startswith(f"{path}: ") and "\n" not in line
+    assert "Input should" not in line and "String should" not in line, line
+    assert re.search(SPEC_MESSAGES[text], line), line
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["search", "{spec}", "--num-samples", "-1"],
+     r"^error: invalid value for '--num-samples': .*1 \(see automl search --help\)$"),
+    (["search", "{spec}", "--nam", "x"],
+     r"^error: no such option: --nam; did you mean --name\? \(see automl search --help\)$"),
+    (["search"], r"^error: missing argument 'spec' \(see automl search --help\)$"),
+    (["registry", "show"], r"^error: missing argument 'ref' \(see automl registry show --help\)$"),
+    (["serch"], r"^error: no such command 'serch'; did you mean 'search'\? \(see automl --help\)$"),
+], ids=["bad value", "unknown option", "missing argument", "nested command", "unknown command"])
+def test_bad_flags_are_one_line_and_exit_2(tmp_path, args, pattern):
+    """Through the real entry point (`python -m automl`): no Rich box, one line on stderr,
+    nothing on stdout."""
+    import re
+    import subprocess
+    import sys
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: x\n")
+    proc = subprocess.run([sys.executable, "-m", "automl",
+                           *(a.format(spec=spec) for a in args)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(pattern, lines[0]), proc.stderr
+
+
+@pytest.mark.parametrize("args", [[], ["registry"], ["--help"], ["search", "--help"]],
+                         ids=["no args", "no subcommand", "--help", "search --help"])
+def test_help_still_exits_0(args):
+    result = CliRunner().invoke(app, args, prog_name="automl")
+    assert result.exit_code == 0 and "Usage: automl" in result.output, result.output
+
+
+def test_unreadable_images_are_reported_whole_and_non_images_skipped(tmp_path):
+    from automl.data import load_dataset
+    from automl.errors import DataError
+    from automl.spec import DataSpec
+
+    for c in "ab":
+        for i in range(4):
+            _png(tmp_path / "imgs" / c / f"{i}.png")
+    for rel in ("a/x1.png", "a/x2.jpg", "b/x3.png", "b/x4.png", "b/x5.bmp"):
+        (tmp_path / "imgs" / rel).write_bytes(b"\x89PNG broken")
+    spec = DataSpec(source="image_folder", path=str(tmp_path / "imgs"))
+    with pytest.raises(DataError) as info:
+        load_dataset(spec)
+    line = str(info.value)
+    assert line.startswith(f"{tmp_path / 'imgs'}: 5 of 13 images cannot be read: "
+                           "a/x1.png, a/x2.jpg, b/x3.png and 2 more"), line
+    assert "remove or replace those files" in line and "\n" not in line
+
+
+def test_non_image_files_are_skipped_and_counted_in_the_data_line(tmp_path):
+    from automl.prepare import prepare
+    from automl.spec import Experiment
+
+    for c in "ab":
+        for i in range(20):  # distinct images: duplicates would be removed
+            _png(tmp_path / c / f"{i}.png", value=i + (100 if c == "b" else 0))
+    (tmp_path / "a" / "notes.txt").write_text("collected in May")
+    (tmp_path / "b" / "README.md").write_text("# dogs")
+    (tmp_path / "b" / ".DS_Store").write_bytes(b"\0\0")
+    exp = Experiment.model_validate({"data": {"source": "image_folder", "path": str(tmp_path)},
+                                     "selection": {"cv_folds": 2}})
+    prepared = prepare(exp)
+    assert prepared.dataset.n_rows == 40
+    assert prepared.info["cleaning"]["non_image_files"] == 2  # .DS_Store: hidden, not counted
+    assert "; skipped 2 non-image files;" in prepared.line()
+
+
+def _ids_csv(path, n=300):
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"customer": [f"c-{i:05d}" for i in range(n)], "x": rng.normal(size=n),
+                  "colour": rng.choice(["red", "green", "blue"], n),
+                  "y": np.arange(n) % 2}).to_csv(path, index=False)
+    return path
+
+
+def test_an_id_column_is_dropped_once_with_a_note(tmp_path):
+    """300 distinct customer IDs would be 300 one-hot inputs; the column is dropped when the
+    table is loaded, so the search, the refit's preprocessor and the data line agree."""
+    import pandas as pd
+
+    from automl.data import apply_preprocessor, fit_preprocessor, load_dataset
+    from automl.data._files import id_columns
+    from automl.prepare import prepare
+    from automl.spec import Experiment
+
+    path = _ids_csv(tmp_path / "people.csv")
+    exp = Experiment.model_validate({"data": {"source": "csv", "path": str(path), "target": "y"},
+                                     "model": {"family": "mlp"}})
+    data = load_dataset(exp.data)
+    assert list(data.frame.columns) == ["x", "colour"]
+    assert data.describe()["cleaning"]["id_columns"] == {"customer": 300}
+    prepared = prepare(exp)
+    assert prepared.info["model_input_shape"] == [4]  # x + 3 colours, not 303
+    assert "dropped ID column 'customer' (300 distinct text values" in prepared.line()
+    pre = fit_preprocessor(data, np.arange(200))  # what best/preprocessor.skops holds
+    raw = pd.read_csv(path).drop(columns=["y"])  # a user's raw rows, IDs included
+    assert pre.transform(raw).shape == (300, 4)
+    assert apply_preprocessor(pre, data, np.arange(10))[0].shape == (10, 4)
+    # the rule: > 50 distinct text values, and more than half the rows
+    few = pd.DataFrame({"a": [f"v{i % 40}" for i in range(300)],
+                        "b": [f"v{i % 140}" for i in range(300)],
+                        "c": [f"v{i % 160}" for i in range(300)]}, dtype=object)
+    assert id_columns(few) == {"c": 160}
+
+
+def test_reproduce_of_a_missing_folder_says_so_as_report_does(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    lines = {}
+    for command in ("report", "reproduce", "compress", "resume"):
+        result = CliRunner().invoke(app, [command, "no-such-run"])
+        assert result.exit_code == 2, result.output
+        lines[command] = result.output.strip()
+    assert set(lines.values()) == {"error: no-such-run: run directory does not exist (pass a "
+                                   "folder written by `automl search`)"}, lines
+
+
+def test_cut_list():
+    from automl.errors import cut_list
+
+    assert cut_list([]) == "none"
+    assert cut_list("abcdef") == "a, b, c, d, e, f"  # "and 1 more" would be no shorter
+    assert cut_list(range(200)) == "0, 1, 2, 3, 4 and 195 more"
+    assert cut_list(range(10), keep=3) == "0, 1, 2 and 7 more"
+
+
+def test_200_classes_make_one_short_line():
+    """A float target (scikit-learn's diabetes as CSV) searched as classification: the split
+    error listed every single-row class."""
+    from automl.data import split_indices
+    from automl.errors import DataError
+
+    y = np.concatenate([np.arange(200), np.zeros(40, int), np.ones(40, int)])
+    with pytest.raises(DataError) as info:
+        split_indices(y, 0.2, 0.2, 0, classes=tuple(f"{v}.0" for v in range(200)))
+    line = str(info.value)
+    assert "198 of 200 classes have a single row ('2.0', '3.0', '4.0', '5.0', '6.0' and " \
+           "193 more)" in line, line
+    assert "'199.0'" not in line and len(line) < 400, line
+    assert "regression" in line
+
+
+def test_a_table_with_many_columns_names_a_few(tmp_path):
+    import pandas as pd
+
+    from automl.data import load_dataset
+    from automl.errors import DataError
+    from automl.spec import DataSpec
+
+    pd.DataFrame(np.zeros((4, 30)), columns=[f"feature_{i}" for i in range(30)]).to_csv(
+        tmp_path / "wide.csv", index=False)
+    with pytest.raises(DataError, match=r"no target column 'label' \(columns: feature_0, "
+                                        r"feature_1, feature_2, feature_3, feature_4 and 25 "
+                                        r"more\)"):
+        load_dataset(DataSpec(source="csv", path=str(tmp_path / "wide.csv"), target="label"))

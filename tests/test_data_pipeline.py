@@ -256,7 +256,8 @@ data:
         ("{source: image_folder, path: imgs, target: y}", r"data\.target: source 'image_folder'"),
         ("{source: csv, path: a.csv, target: y, image_size: 8}", r"data\.image_size: only"),
         ("{augment: {crop_scale: 0}}", r"data\.augment\.crop_scale: must satisfy 0 < crop_scale"),
-        ("{impute: {numeric: mode}}", r"data\.impute\.numeric: Input should be 'mean'"),
+        ("{impute: {numeric: mode}}", r"data\.impute\.numeric: must be one of 'mean', "
+                                      r"'median' or 'most_frequent', got 'mode'"),
         ("{source: xlsx}", r"unknown data source 'xlsx'"),
     ],
 )

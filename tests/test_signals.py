@@ -251,18 +251,18 @@ def test_spec_refuses_choices_that_do_not_fit_signals(tmp_path, text, message):
 
 
 def test_npz_kind_is_checked_once_the_file_is_read(tmp_path):
-    from automl.pipeline import _check_kind
+    from automl.prepare import check_kind
 
     np.savez(tmp_path / "s.npz", X=np.zeros((12, 2, 8)) + np.arange(8), y=np.arange(12) % 2)
     exp = load_spec(write_spec(tmp_path, f"data: {{source: npz, path: {tmp_path / 's.npz'}}}\n"
                                          "model: {family: tcn}\n"))
     assert exp.data.data_kind is None  # the file decides
     data = load_dataset(DataSpec(source="npz", path=str(tmp_path / "s.npz"), kind="signal"))
-    _check_kind(exp, data)  # tcn on signals: fine
+    check_kind(exp, data)  # tcn on signals: fine
     images = load_dataset(DataSpec(source="digits"))
     with pytest.raises(DataError, match=r"digits: holds image data but model\.family 'tcn' "
                                         r"needs 1D signal data \(use family: resnet"):
-        _check_kind(exp, images)
+        check_kind(exp, images)
 
 
 def test_signal_augmentation_is_searched_and_reaches_the_trial_config(tmp_path):

@@ -91,13 +91,15 @@ BAD = {
     "epochs above max": ("training:\n  epochs: 30\nscheduler:\n  max_epochs: 10\n",
                          r"training\.epochs: can reach 30 but scheduler\.max_epochs is 10"),
     "conv on tabular": ("data:\n  source: wine\n", r"model\.family: 'resnet' needs image data"),
-    "negative trials": ("search:\n  num_samples: -1\n", r"search\.num_samples: .*greater than"),
+    "negative trials": ("search:\n  num_samples: -1\n",
+                        r"search\.num_samples: must be at least 1, got -1 \(use 1 or more\)"),
     "duplicate key": ("search:\n  seed: 1\n  seed: 2\n", r"duplicate key 'seed'"),
     "bad yaml": ("search: [\n", r"line 2, column 1"),
     "not a mapping": ("- a\n- b\n", r"top level must be a mapping"),
     "unknown dataset": ("data:\n  source: mnist\n", r"data\.source: unknown data source 'mnist'"),
-    "bad name": ("name: ../escape\n", r"name: String should match pattern"),
-    "wrong sampler": ("search:\n  sampler: bayes\n", r"search\.sampler: Input should be"),
+    "bad name": ("name: ../escape\n", r"name: must be a name of letters, digits, '_', '\.' and '-'"),
+    "wrong sampler": ("search:\n  sampler: bayes\n",
+                      r"search\.sampler: must be one of 'auto', 'tpe', .* or 'nsga2', got 'bayes'"),
 }
 
 
@@ -177,7 +179,10 @@ def test_cli_validate_refuses_a_missing_data_file_in_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "nowhere.csv: no such file or folder" in lines[0], proc.stderr
     assert f"relative paths resolve against {tmp_path}" in lines[0]
+    # validate reads the data as search does: a single row is refused, 40 rows of 2 classes not
     (tmp_path / "nowhere.csv").write_text("a,y\n1,0\n")
+    assert _cli("validate", str(path), cwd=tmp_path).returncode == 2
+    (tmp_path / "nowhere.csv").write_text("a,y\n" + "".join(f"{i},{i % 2}\n" for i in range(40)))
     assert _cli("validate", str(path), cwd=tmp_path).returncode == 0
 
 

@@ -361,15 +361,15 @@ def compress_run(run_dir: str | Path, spec: str | Path | None = None,
     when given, replaces only its ``compression`` section.
 
     Raises:
-        DataError: RUN_DIR lacks ``spec.yaml``, ``best/model.pt`` or ``summary.json``
+        DataError: RUN_DIR does not exist or lacks ``spec.yaml``, ``best/model.pt`` or ``summary.json``
             (not a finished run), or its data changed since the run (checksum).
         SpecError: a spec is invalid, or the chain lists no stage.
     """
     from automl.data import load_dataset, split_dataset
-    from automl.rundir import read_summary
+    from automl.rundir import read_summary, require_run_dir
     from automl.spec import load_spec
 
-    run_dir = Path(run_dir)
+    run_dir = require_run_dir(run_dir)
     for name in REQUIRED:
         if not (run_dir / name).is_file():
             raise DataError(f"{name} is missing, so this is not a finished run",

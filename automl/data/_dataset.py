@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,7 +30,9 @@ class Dataset:
             one-hot encoded and imputed later on training rows only
             (:func:`automl.data.fit_transform`). A tabular ``X`` ``(N, F)`` given
             instead becomes a numeric frame with columns ``x0..``.
-        cleaning: rows dropped while loading: ``missing_target_rows``, ``duplicate_rows``.
+        cleaning: what loading left out: counts of rows (``missing_target_rows``,
+            ``duplicate_rows``) and of skipped files (``non_image_files``), and the text
+            columns dropped as identifiers (``id_columns``: column -> distinct values).
         test_mask: bool ``(N,)``, True for the rows of the source's own test split
             (MNIST-1D's); None when the split is drawn (``automl.data.split_dataset``).
     """
@@ -41,7 +43,7 @@ class Dataset:
     classes: tuple[str, ...]
     kind: str
     frame: pd.DataFrame | None = None
-    cleaning: dict[str, int] = field(default_factory=dict)
+    cleaning: dict[str, Any] = field(default_factory=dict)
     test_mask: np.ndarray | None = None
 
     def __post_init__(self) -> None:

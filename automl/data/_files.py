@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from automl.data._dataset import Dataset
-from automl.errors import DataError
+from automl.errors import DataError, cut_list
 
 
 def data_path(spec) -> Path:
@@ -97,11 +97,13 @@ def _features(frame: pd.DataFrame) -> pd.DataFrame:
 def load_table(path: Path, target: str, fmt: str = "csv") -> Dataset:
     """A CSV (UTF-8, header row) or Parquet table; ``target`` is the label column, every
     other column a feature (numeric, or categorical when not numeric). Rows whose
-    target is missing are dropped and counted in ``cleaning["missing_target_rows"]``.
+    target is missing are dropped and counted in ``cleaning["missing_target_rows"]``;
+    text columns that look like identifiers (:func:`id_columns`) are dropped and named
+    in ``cleaning["id_columns"]`` (column -> distinct values).
 
     Raises:
         DataError: empty, not UTF-8, not parseable, no such target column, no feature
-            column, no labelled row, or a single class.
+            column (besides identifiers), no labelled row, or a single class.
     """
     where = str(path)
     df = _read_table(path, fmt)
@@ -109,7 +111,7 @@ def load_table(path: Path, target: str, fmt: str = "csv") -> Dataset:
     df.columns = cols
     if target not in cols:
         near = difflib.get_close_matches(target, cols, n=1)
-        hint = f"; did you mean '{near[0]}'?" if near else f" (columns: {', '.join(cols[:20])})"
+        hint = f"; did you mean '{near[0]}'?" if near else f" (columns: {cut_list(cols)})"
         raise DataError(f"no target column '{target}'{hint}", where=where,
                         fix="set data.target to the label column")
     if len(cols) < 2:
@@ -125,8 +127,37 @@ def load_table(path: Path, target: str, fmt: str = "csv") -> Dataset:
         raise DataError(f"target '{target}' has one class ({classes[0]!r}); classification "
                         "needs at least 2", where=where)
     frame = _features(df.drop(columns=[target]))
-    return Dataset(where, None, y, classes, "tabular", frame=frame,
-                   cleaning={"missing_target_rows": int(missing.sum())})
+    cleaning: dict = {"missing_target_rows": int(missing.sum())}
+    ids = id_columns(frame)
+    if ids:
+        if len(ids) == frame.shape[1]:
+            raise DataError(f"its only feature columns ({cut_list(ids)}) hold a different text "
+                            "value in (nearly) every row, like an ID, which cannot be learned "
+                            "from", where=where, fix="add feature columns")
+        frame = frame.drop(columns=list(ids))
+        cleaning["id_columns"] = ids
+    return Dataset(where, None, y, classes, "tabular", frame=frame, cleaning=cleaning)
+
+
+#: a text column with more distinct values than this, and than ID_FRACTION of the rows, is
+#: an identifier (a customer ID, a name, free text): not a category a model can learn from
+ID_MIN_DISTINCT = 50
+ID_FRACTION = 0.5
+
+
+def id_columns(frame: pd.DataFrame) -> dict[str, int]:
+    """The text (object) columns of ``frame`` that look like identifiers, with their counts
+    of distinct values: more than :data:`ID_MIN_DISTINCT` distinct values and more than
+    :data:`ID_FRACTION` of the rows. One-hot encoding such a column would turn every value
+    into an input of its own, seen in one training row; :func:`load_table` drops them, once,
+    so that the search, the refit and ``best/preprocessor.skops`` never see them."""
+    out = {}
+    for col in frame.columns:
+        if frame[col].dtype == object:
+            n = int(frame[col].nunique(dropna=True))
+            if n > ID_MIN_DISTINCT and n > ID_FRACTION * len(frame):
+                out[str(col)] = n
+    return out
 
 
 # --------------------------------------------------------------------------- npz
@@ -162,7 +193,7 @@ def load_npz(path: Path, target: str = "y", kind: str | None = None) -> Dataset:
         raise DataError(f"not a readable .npz archive: {e}", where=where) from None
     for key in ("X", target):
         if key not in arrays:
-            raise DataError(f"has no array '{key}' (arrays: {', '.join(arrays) or 'none'})",
+            raise DataError(f"has no array '{key}' (arrays: {cut_list(arrays)})",
                             where=where, fix="save the features as X and the labels as "
                             f"{target} (np.savez(path, X=..., {target}=...))")
     X, labels = arrays["X"], arrays[target]
@@ -222,17 +253,26 @@ def load_npz(path: Path, target: str = "y", kind: str | None = None) -> Dataset:
 
 # --------------------------------------------------------------------------- images
 _GRAY_MODES = {"1", "L", "LA", "I", "I;16", "F"}
+#: file extensions read as images (lower case); any other file in a class folder, such as
+#: notes.txt or README.md, is skipped and counted (``cleaning["non_image_files"]``)
+IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff",
+                              ".webp", ".ppm", ".pgm", ".pbm", ".pnm"})
+#: unreadable images an error names before "and N more"
+SHOWN_PATHS = 3
 
 
 def load_image_folder(root: Path, image_size: int | None = None) -> Dataset:
     """``root/<class>/<image>``: classes are the subfolder names (sorted), every
-    non-hidden file in them an image PIL can read. Grayscale when every image is,
-    else RGB; ``(N, C, H, W)`` float32 in [0, 1]. With ``image_size`` each image is
-    resized to ``image_size x image_size``; without it all must share one size.
+    non-hidden file in them with an image extension (:data:`IMAGE_EXTENSIONS`) an image
+    PIL must read; other files are skipped and counted in ``cleaning["non_image_files"]``.
+    Grayscale when every image is, else RGB; ``(N, C, H, W)`` float32 in [0, 1]. With
+    ``image_size`` each image is resized to ``image_size x image_size``; without it all
+    must share one size.
 
     Raises:
-        DataError: not a folder, fewer than 2 class folders, an empty class folder,
-            an unreadable image (named), or sizes that differ without ``image_size``.
+        DataError: not a folder, fewer than 2 class folders, a class folder without
+            images, unreadable images (one line: the count and the first few paths), or
+            sizes that differ without ``image_size``.
     """
     from PIL import Image, UnidentifiedImageError
 
@@ -242,20 +282,34 @@ def load_image_folder(root: Path, image_size: int | None = None) -> Dataset:
     if len(class_dirs) < 2:
         raise DataError(f"needs one subfolder per class (at least 2); found {len(class_dirs)}",
                         where=str(root))
-    images, labels = [], []
+    images, labels, unreadable, skipped = [], [], [], 0
     for label, d in enumerate(class_dirs):
         files = sorted(f for f in d.iterdir() if f.is_file() and not f.name.startswith("."))
-        if not files:
-            raise DataError("class folder holds no images", where=str(d))
-        for f in files:
+        kept = [f for f in files if f.suffix.lower() in IMAGE_EXTENSIONS]
+        skipped += len(files) - len(kept)
+        if not kept:
+            other = f" ({len(files)} other files skipped)" if files else ""
+            raise DataError(f"class folder holds no images{other}", where=str(d),
+                            fix="add images (.png, .jpg, .bmp, .tif and others) or remove "
+                                "the folder")
+        for f in kept:
             try:
                 with Image.open(f) as im:
                     im.load()
                     images.append((f, im.copy()))
             except (UnidentifiedImageError, OSError, ValueError) as e:
-                raise DataError(f"cannot read image: {e}", where=str(f),
-                                fix="remove or replace the file") from None
+                unreadable.append((f, e))
             labels.append(label)
+    if len(unreadable) == 1:
+        f, e = unreadable[0]
+        raise DataError(f"cannot read image: {e}", where=str(f), fix="remove or replace the file")
+    if unreadable:
+        paths = cut_list((str(f.relative_to(root)) for f, _ in unreadable), keep=SHOWN_PATHS)
+        first, e = unreadable[0]
+        why = str(e).replace(str(first), first.name)  # PIL names the whole path
+        raise DataError(f"{len(unreadable)} of {len(labels)} images cannot be read: {paths} "
+                        f"(the first: {why})", where=str(root),
+                        fix="remove or replace those files")
     mode = "L" if all(im.mode in _GRAY_MODES for _, im in images) else "RGB"
     arrays, size = [], None
     for f, im in images:
@@ -272,4 +326,4 @@ def load_image_folder(root: Path, image_size: int | None = None) -> Dataset:
     X = X[:, None] if X.ndim == 3 else X.transpose(0, 3, 1, 2)  # (N, C, H, W)
     classes = tuple(d.name for d in class_dirs)
     return Dataset(str(root), X.astype(np.float32) / 255.0, np.asarray(labels, np.int64),
-                   classes, "image")
+                   classes, "image", cleaning={"non_image_files": skipped} if skipped else {})

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 from sklearn.model_selection import train_test_split
 
-from automl.errors import DataError
+from automl.errors import DataError, cut_list
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,16 +47,33 @@ def split_indices(
         train, val = train_test_split(rest, test_size=val_frac, stratify=y[rest],
                                       random_state=seed)
     except ValueError as e:
-        counts = np.bincount(y)
-        present = np.flatnonzero(counts)
-        small = present[np.argmin(counts[present])]
-        name = classes[small] if classes is not None else str(small)
-        raise DataError(
-            f"cannot split {len(y)} rows into stratified train/validation/test: class "
-            f"'{name}' has {counts[small]} rows ({e})", where="data",
-            fix="add rows of that class, drop it, or change data.test_size / data.val_size",
-        ) from None
+        raise _split_error(y, classes, e) from None
     return Splits(np.sort(train), np.sort(val), np.sort(test))
+
+
+def _split_error(y: np.ndarray, classes, error: ValueError) -> DataError:
+    """One line for a stratified split scikit-learn refused: the classes with a single row
+    (scikit-learn's own message lists every one of them), cut to a few and a count."""
+    counts = np.bincount(y)
+    present = np.flatnonzero(counts)
+    names = [classes[c] if classes is not None else str(c) for c in range(len(counts))]
+    what = f"cannot split {len(y)} rows into stratified train/validation/test"
+    fix = "add rows of that class, drop it, or change data.test_size / data.val_size"
+    single = present[counts[present] < 2]
+    if len(single) > 1:
+        what += (f": {len(single)} of {len(present)} classes have a single row "
+                 f"({cut_list(repr(names[c]) for c in single)}); each needs at least 2")
+        fix = "add rows of those classes or drop them"
+    else:
+        small = present[np.argmin(counts[present])]
+        # scikit-learn lists the classes it means in brackets: a few of them and a count
+        reason = re.sub(r"\[([^\]]*)\]", lambda m: f"[{cut_list(m[1].split(', '))}]",
+                        " ".join(str(error).split()))
+        what += f": class '{names[small]}' has {counts[small]} rows ({reason})"
+    if len(present) > max(20, len(y) // 4):  # hundreds of classes: a continuous target
+        fix += (f"; a target with {len(present)} distinct values in {len(y)} rows looks like "
+                "a regression target, but automl trains classifiers: bin it into classes")
+    return DataError(what, where="data", fix=fix)
 
 
 def split_dataset(data, spec) -> Splits:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from automl.errors import cut_list
+
 
 def data_change(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, Any] | None:
     """What changed between two data descriptions (``Dataset.describe()``; ``before`` may
@@ -36,9 +38,9 @@ def data_change(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[st
         if rows[0] is not None:
             parts.append(f"rows {rows[0]}→{rows[1]}")
         if added:
-            parts.append(f"new classes {', '.join(map(str, added))}")
+            parts.append(f"new classes {cut_list(added)}")
         if removed:
-            parts.append(f"classes gone {', '.join(map(str, removed))}")
+            parts.append(f"classes gone {cut_list(removed)}")
         shifts = [f"{c} {a}→{b}" for c, (a, b) in moved.items()
                   if c not in added and c not in removed]
         if shifts:

@@ -18,12 +18,10 @@ pick its choice, under distinct names (``model.resnet.depth``).
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any
 
 from pydantic import (
-    BaseModel,
     Field,
     ValidationError,
     model_validator,
@@ -31,7 +29,7 @@ from pydantic import (
 
 from automl._yaml import load_yaml
 from automl.errors import SpecError
-from automl.spec._compression import STAGE_NAMES, STAGE_SPECS, CompressionSpec
+from automl.spec._compression import CompressionSpec
 from automl.spec._domains import (
     AUGMENT_IDENTITY,
     BUNDLED_DATASETS,
@@ -65,6 +63,7 @@ from automl.spec._domains import (
     upper_bound,
     values_of,
 )
+from automl.spec._errors import first_error
 from automl.spec._nightly import NightlySpec
 from automl.spec._sections import (
     AugmentSpec,
@@ -330,57 +329,5 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Expe
     try:
         return Experiment.model_validate(data)
     except ValidationError as e:
-        raise SpecError(_first_error(e, data), where=str(path)) from None
-
-
-def _first_error(error: ValidationError, data: dict) -> str:
-    errors = error.errors(include_url=False)
-    # an unknown key explains the errors it causes (e.g. a missing "low"), so it goes first
-    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
-    err = errors[0]
-    loc = [str(p) for p in err["loc"] if not (isinstance(p, str) and p in DOMAIN_TAGS)]
-    loc = [p for p in loc if not p.startswith(("function-after", "function-before"))]
-    # a compression stage's tag (compression.stages.1.prune.ratio) is not a key the user wrote
-    loc = [p for i, p in enumerate(loc) if not (p in STAGE_NAMES and i and loc[i - 1].isdigit())]
-    key = ".".join(loc) or "(top level)"
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        msg = f"unknown key '{loc[-1]}'" + _suggest(loc, data)
-    elif kind in ("union_tag_invalid", "union_tag_not_found"):
-        msg = (
-            f"unknown domain type {err.get('input', {}).get('type')!r}; "
-            "use type: float, int or categorical, or write a plain value"
-        )
-    elif kind == "missing":
-        msg = "required key is missing"
-    else:
-        msg = err["msg"].removeprefix("Value error, ")
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    head = msg.split(":", 1)[0]
-    if "." in head and " " not in head and (not loc or head.startswith(loc[0])):
-        return f"{msg}{more}"  # a cross-field check that names its own key path
-    return f"{key}: {msg}{more}"
-
-
-def _suggest(loc: list[str], data: dict) -> str:
-    """Nearest valid key name for an unknown key at ``loc``."""
-    model: Any = Experiment
-    node: Any = data
-    for part in loc[:-1]:
-        if isinstance(node, list) and part.isdigit():  # compression.stages.<i>
-            node = node[int(part)] if int(part) < len(node) else None
-            model = STAGE_SPECS.get(node.get("stage")) if isinstance(node, dict) else None
-            continue
-        node = node.get(part) if isinstance(node, dict) else None
-        field = model.model_fields.get(part) if model else None
-        ann = field.annotation if field else None
-        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
-        if model is None and isinstance(node, dict):
-            model = {"float": FloatDomain, "int": IntDomain, "categorical": CategoricalDomain}.get(
-                node.get("type")
-            )
-    valid = list(model.model_fields) if model else []
-    near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
-    if near:
-        return f"; did you mean '{near[0]}'?"
-    return f" (valid: {', '.join(valid)})" if valid else ""
+        message, fix = first_error(e, data, Experiment)
+        raise SpecError(message, where=str(path), fix=fix) from None

@@ -1,0 +1,106 @@
+"""The data stage of a run, before any cluster starts: load and clean the data, check its
+kind against the spec, split it, check the fold plan, and fit the search's preprocessing
+on the train rows. ``automl search`` runs it before Ray starts and ``automl validate``
+runs it instead of a search, so both refuse the same data in the same one line.
+
+Imports neither ray nor torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from automl.errors import DataError, cut_list
+from automl.spec import KIND_WORDS, Experiment, kind_mismatch
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The data of a run, loaded, cleaned and split, and the arrays the search trains on
+    (preprocessing fitted on the train rows only).
+
+    Attributes:
+        dataset: the ``automl.data.Dataset``; splits: its ``Splits``; info: the
+            ``data.json`` description; search_data: the search's ``TrialData`` arrays
+            ``(X_train, y_train, X_val, y_val)``.
+    """
+
+    dataset: Any
+    splits: Any
+    info: dict
+    search_data: tuple
+
+    def line(self) -> str:
+        """The data line a run prints: rows, input shape, classes, what cleaning removed or
+        skipped, the split."""
+        info, data = self.info, self.dataset
+        counts = cut_list((f"{c}: {n}" for c, n in info["class_counts"].items()), keep=12)
+        return (f"data   {data.name}: {data.n_rows} rows, input "
+                f"{tuple(info['model_input_shape'])}, {data.num_classes} classes ({counts}); "
+                f"{cleaning_note(info['cleaning'])}; split {self.splits.sizes()}")
+
+
+def cleaning_note(cleaning: dict) -> str:
+    """What loading left out, for the data line: ``removed 3 duplicate and 0 unlabelled
+    rows; skipped 2 non-image files; dropped ID column 'id' (300 distinct values)``."""
+    parts = [f"removed {cleaning.get('duplicate_rows', 0)} duplicate and "
+             f"{cleaning.get('missing_target_rows', 0)} unlabelled rows"]
+    if cleaning.get("non_image_files"):
+        n = cleaning["non_image_files"]
+        parts.append(f"skipped {n} non-image file{'s' * (n != 1)}")
+    ids = cleaning.get("id_columns") or {}
+    if len(ids) == 1:
+        (col, n), = ids.items()
+        parts.append(f"dropped ID column '{col}' ({n} distinct text values, not categories)")
+    elif ids:
+        parts.append(f"dropped {len(ids)} ID columns ({cut_list(repr(c) for c in ids)}: "
+                     "distinct text values, not categories)")
+    return "; ".join(parts)
+
+
+def prepare(exp: Experiment, console: Console | None = None) -> Prepared:
+    """Load and clean the data, split it (the test split is never searched on), check the
+    fold plan (tiny classes fail here, before any cluster time is spent) and fit the
+    search's preprocessing on the train rows; print :meth:`Prepared.line` on ``console``.
+
+    Raises:
+        DataError: the data cannot be loaded, hold another kind than the spec's choices
+            need, or a class is too small for the split or folds.
+    """
+    from automl.data import fit_transform, load_dataset, split_dataset
+    from automl.selection import make_folds
+
+    dataset = load_dataset(exp.data)
+    check_kind(exp, dataset)
+    splits = split_dataset(dataset, exp.data)  # MNIST-1D keeps the paper's own test split
+    sel = exp.selection
+    make_folds(dataset.y, splits.pool, sel.cv_folds, sel.cv_repeats, exp.data.seed,
+               allow_fewer=sel.allow_fewer_folds, classes=dataset.classes)
+    (X_tr, y_tr), (X_val, y_val), _ = fit_transform(
+        dataset, splits.train, splits.val, splits.test, impute=exp.data.impute
+    )
+    info = {**dataset.describe(), "split": splits.sizes(),
+            "model_input_shape": list(X_tr.shape[1:])}  # after one-hot encoding
+    prepared = Prepared(dataset, splits, info, (X_tr, y_tr, X_val, y_val))
+    if console is not None:
+        console.print(prepared.line(), highlight=False)
+    return prepared
+
+
+def check_kind(exp: Experiment, dataset) -> None:
+    """Spec choices that need another kind of data (images, 1D signals), checked against
+    data whose kind only the file tells (an npz without ``data.kind``).
+
+    Raises:
+        DataError: a model family, augmentation or compression student that cannot train
+            on ``dataset``'s kind (named, with the fix).
+    """
+    problem = kind_mismatch(dataset.kind, exp.model.families(), exp.data.augment,
+                            [(i, s.family) for i, s in exp.compression.students()])
+    if problem:
+        key, needs, fix = problem
+        raise DataError(f"holds {KIND_WORDS[dataset.kind]} but {key} {needs}",
+                        where=dataset.name, fix=fix)
