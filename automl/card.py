@@ -124,10 +124,15 @@ def _cv(c: CardInput) -> list[str]:
                      f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "-", s.get("n", "-")])
     folds = f"{plan.get('n_folds', '-')} folds x {plan.get('n_repeats', 1)} repeat(s)" \
         if plan else "folds"
+    kinds = {(cv.get(m) or {}).get("interval", "t") for m in CV_METRICS if cv.get(m)}
+    how = ("a Wilson score interval on the held-out rows of all folds (fewer effective rows "
+           "when the folds disagree more than sampling noise explains; it stays in [0, 1])"
+           if kinds == {"wilson"} else "Student's t over the folds" if kinds <= {"t"} else
+           "Wilson or Student's t (see `cv.json`)")
     lines = ["## Cross-validation", "",
              f"Stratified {folds} on the train + validation rows (each fold trains this "
-             "configuration from scratch). The interval is Student's t over the folds; folds "
-             "share training rows, so read it as a noise scale (Nadeau & Bengio 2003).", "",
+             f"configuration from scratch). The interval is {how}; folds share training "
+             "rows, so read it as a noise scale (Nadeau & Bengio 2003).", "",
              *_table(["metric", "mean", "std", "95% CI", "folds"], rows), ""]
     if win.get("reason"):
         lines += [f"Chosen because: {win['reason']}.", ""]
