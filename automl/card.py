@@ -154,8 +154,13 @@ def _test(c: CardInput) -> list[str]:
     else:
         m = c.measurement
         rows = [["accuracy", _f(t.get("accuracy"))],
+                ["the chain's teacher's accuracy (same test rows, same train rows)",
+                 _f(t.get("teacher_accuracy"))],
                 ["agreement with the chain's teacher (test argmax)", _f(m.get("agreement"))],
-                ["validation accuracy (what the guard read)", _f(m.get("val_accuracy"))]]
+                ["validation accuracy (what the guard read)", _f(m.get("val_accuracy"))],
+                ["trained on", "the train rows only, through the chain's teacher; the "
+                               "winner's refit also trained on the validation rows, so "
+                               "compare with the teacher, not with the winner"]]
     return ["## Test scores", "", *_table(["", ""], rows), ""]
 
 

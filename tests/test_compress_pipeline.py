@@ -291,9 +291,18 @@ def test_automl_compress_reruns_from_a_finished_run_dir(finished, tmp_path):
     assert (f"registry {', '.join(['tinyc-01_quantize@1', *ort])} in {reg.root} (parent "
             f"tinyc@1; automl registry "
             f"show tinyc-01_quantize@1 --dir {reg.root})") in " ".join(result.output.split())
+    # a second `automl compress` makes the same files (a new process traces the same
+    # TorchScript): registering them again adds no version and says so
+    from automl.publish import register_recompressed
+
+    console = Console(record=True, width=200)
+    assert register_recompressed(copy, console) == []
+    assert [v.ref for v in reg.versions("tinyc-01_quantize")] == ["tinyc-01_quantize@1"]
+    assert ("registry tinyc-01_quantize@1 unchanged (same sha256); not registered again"
+            in console.export_text())
     again = json.loads((copy / "summary.json").read_text())["compression"]
     assert [(s["stage"], s["spec"].get("method")) for s in again["stages"]] == [
-        ("quantize", "dynamic")]
+        ("quantize", "static")]
     assert [r["name"] for r in again["table"]][:3] == ["winner", "00_teacher", "01_quantize"]
     assert not list((copy / "compression").glob("02_distill.*"))  # old results replaced
     old = {r["name"]: r for r in summary["compression"]["table"]}
