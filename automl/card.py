@@ -124,10 +124,15 @@ def _cv(c: CardInput) -> list[str]:
                      f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "-", s.get("n", "-")])
     folds = f"{plan.get('n_folds', '-')} folds x {plan.get('n_repeats', 1)} repeat(s)" \
         if plan else "folds"
+    kinds = {(cv.get(m) or {}).get("interval", "t") for m in CV_METRICS if cv.get(m)}
+    how = ("a Wilson score interval on the held-out rows of all folds (fewer effective rows "
+           "when the folds disagree more than sampling noise explains; it stays in [0, 1])"
+           if kinds == {"wilson"} else "Student's t over the folds" if kinds <= {"t"} else
+           "Wilson or Student's t (see `cv.json`)")
     lines = ["## Cross-validation", "",
              f"Stratified {folds} on the train + validation rows (each fold trains this "
-             "configuration from scratch). The interval is Student's t over the folds; folds "
-             "share training rows, so read it as a noise scale (Nadeau & Bengio 2003).", "",
+             f"configuration from scratch). The interval is {how}; folds share training "
+             "rows, so read it as a noise scale (Nadeau & Bengio 2003).", "",
              *_table(["metric", "mean", "std", "95% CI", "folds"], rows), ""]
     if win.get("reason"):
         lines += [f"Chosen because: {win['reason']}.", ""]
@@ -149,8 +154,13 @@ def _test(c: CardInput) -> list[str]:
     else:
         m = c.measurement
         rows = [["accuracy", _f(t.get("accuracy"))],
+                ["the chain's teacher's accuracy (same test rows, same train rows)",
+                 _f(t.get("teacher_accuracy"))],
                 ["agreement with the chain's teacher (test argmax)", _f(m.get("agreement"))],
-                ["validation accuracy (what the guard read)", _f(m.get("val_accuracy"))]]
+                ["validation accuracy (what the guard read)", _f(m.get("val_accuracy"))],
+                ["trained on", "the train rows only, through the chain's teacher; the "
+                               "winner's refit also trained on the validation rows, so "
+                               "compare with the teacher, not with the winner"]]
     return ["## Test scores", "", *_table(["", ""], rows), ""]
 
 

@@ -325,11 +325,13 @@ RegistryDir = typer.Option(DEFAULT_REGISTRY, "--dir", help="registry folder")
 
 @registry_app.command("list")
 def registry_list(registry_dir: Path = RegistryDir) -> None:
-    """List registered models: versions, latest, aliases, test accuracy of the latest."""
+    """List registered models: versions, latest, aliases, and the latest's test accuracy
+    with what its model trained on (and, for a compressed model, its teacher's figure on
+    the same rows, the one it compares with)."""
     from rich import box
     from rich.table import Table
 
-    from automl.registry import Registry
+    from automl.registry import Registry, test_figure
 
     reg = Registry(registry_dir)
     names = reg.names()
@@ -337,19 +339,26 @@ def registry_list(registry_dir: Path = RegistryDir) -> None:
         console.print(f"no models registered in {registry_dir}")
         return
     table = Table(title=f"registry {registry_dir}", box=box.SIMPLE_HEAD)
-    for col in ("name", "versions", "latest", "aliases", "kind", "test accuracy", "created (UTC)"):
+    for col in ("name", "versions", "latest", "aliases", "kind", "test acc", "its teacher",
+                "model trained on", "created (UTC)"):
         table.add_column(col, no_wrap=col in ("name", "created (UTC)"))
     for name in names:
         versions = reg.versions(name)
         last = versions[-1]
         aliases = ", ".join(f"{a}->{e['version']}" for a, e in sorted(reg.aliases(name).items()))
-        acc = (last.lineage.get("test") or {}).get("accuracy")
+        fig = test_figure(last)
         table.add_row(name, str(len(versions)), str(last.version), aliases or "-",
                       str(last.lineage.get("kind", "-")),
-                      f"{acc:.4f}" if isinstance(acc, float) else "-",
+                      f"{fig['accuracy']:.4f}" if fig["accuracy"] is not None else "-",
+                      f"{fig['teacher_accuracy']:.4f}" if fig["teacher_accuracy"] is not None
+                      else "-", fig["trained_on"],
                       last.created_at.replace("T", " ").removesuffix("Z"))
     # piped output would be cut at 80 columns: names and times must stay whole
-    (console if console.is_terminal else Console(width=200)).print(table)
+    out = console if console.is_terminal else Console(width=200)
+    out.print(table)
+    out.print("test acc: on the run's test split. A compressed model and its teacher trained "
+              "on the train rows only, the winner's refit on train + validation rows: compare "
+              "a compressed model with its teacher, not with the winner.", highlight=False)
 
 
 @registry_app.command("show")

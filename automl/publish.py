@@ -26,6 +26,7 @@ from automl.registry import (
     DEFAULT_REGISTRY,
     EXPORT,
     ONNX,
+    TRAINED_ON,
     ModelVersion,
     Registry,
     now,
@@ -175,8 +176,11 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
     and the model card) and each accepted compressed model as
     ``<registry.name>-<NN_stage>@m`` (parent: the winner's version).
 
+    A model whose files equal a version already registered under its name (sha256) is not
+    registered again: that version comes back with ``unchanged`` set.
+
     Returns:
-        The new versions, winner first.
+        The versions, winner first.
 
     Raises:
         RegistryError: the winner's checkpoint is missing.
@@ -191,7 +195,7 @@ def register_run(reg: Registry, exp: Experiment, run_dir: Path, summary: dict,
     lineage = {**base, "kind": "winner", "trial_id": chosen["trial_id"],
                "params": chosen["params"], "config": chosen["config"],
                "search_val": _search_val(run_dir, best, chosen["trial_id"]),
-               "test": chosen["test"],
+               "test": {**chosen["test"], "split": "test", "trained_on": TRAINED_ON["winner"]},
                "cv": ({"metric": cv["metric"], "scores": mine["scores"], "mean": mine["mean"],
                        "std": mine["std"]} if mine else None),
                "compression": [], "parent": None, "run_finished_at": now()}
@@ -281,6 +285,14 @@ def register_compressed(reg: Registry, exp: Experiment, run_dir: Path, summary: 
     rows = measured_models(chain) if chain else []
     accepted = [r for r in rows if r["status"] == "accepted"]
     table = {r.get("name"): r for r in (chain or {}).get("table") or []}
+    # what its test accuracy compares with: the chain teacher's, on the same test rows and
+    # trained on the same (train) rows; the winner's refit also trained on validation rows
+    teacher_acc = ((chain or {}).get("teacher") or {}).get("accuracy")
+
+    def test(acc) -> dict:
+        return {"accuracy": acc, "split": "test", "trained_on": TRAINED_ON["compressed"],
+                "teacher_accuracy": teacher_acc}
+
     shape = (summary.get("data") or {}).get("model_input_shape") or []
     for row in accepted:
         export = row.get("export") or {}
@@ -304,7 +316,7 @@ def register_compressed(reg: Registry, exp: Experiment, run_dir: Path, summary: 
                            script_skipped=export.get("script_skipped"))
         by_name = {f.name: f for f in files}
         lineage = {**base, "kind": "compressed", "trial_id": chosen["trial_id"],
-                   "export_name": export_name, "test": {"accuracy": row.get("accuracy")},
+                   "export_name": export_name, "test": test(row.get("accuracy")),
                    "measurement": measurement, "cv": None,
                    "compression": recipe.get("lineage") or [export_name],
                    "parent": parent.ref, "run_finished_at": now()}
@@ -330,7 +342,7 @@ def register_compressed(reg: Registry, exp: Experiment, run_dir: Path, summary: 
         files = {path.name: path}
         lineage = {**base, "kind": "onnx-int8", "trial_id": chosen["trial_id"],
                    "export_name": q["name"], "source_model": q["source"],
-                   "test": {"accuracy": q.get("accuracy")}, "measurement": measurement,
+                   "test": test(q.get("accuracy")), "measurement": measurement,
                    "cv": None, "compression": [*source_lineage, q["name"]],
                    "parent": parent.ref, "run_finished_at": now()}
         versions.append(reg.register(
@@ -348,9 +360,12 @@ def register_recompressed(run_dir: Path, console: Console) -> list[ModelVersion]
     and add them to that section. W&B is not logged to again (the sweep's runs are
     closed); the registry's lineage records the new chain.
 
+    A model whose files equal a version already registered under its name (sha256) is not
+    registered again: one line says so (``Registry.register``).
+
     Returns:
-        The new versions; empty when ``registry.enabled`` is false or the run
-        registered no winner (said on ``console``).
+        The new versions; empty when ``registry.enabled`` is false, the run
+        registered no winner (said on ``console``) or nothing changed.
 
     Raises:
         RegistryError: the run's winner version is no longer in the registry.
@@ -367,14 +382,25 @@ def register_recompressed(run_dir: Path, console: Console) -> list[ModelVersion]
         return []
     reg = Registry(section.get("dir") or registry_dir(exp, run_dir))
     versions = register_compressed(reg, exp, run_dir, summary, reg.get(section["winner"]))
-    section["versions"] = [*section.get("versions", []), *(v.ref for v in versions)]
+    known = section.get("versions", [])
+    section["versions"] = [*known, *(v.ref for v in versions if v.ref not in known)]
     summary["registry"] = section
     write_json(run_dir / "summary.json", summary)
-    if versions:
-        console.print(f"registry {', '.join(v.ref for v in versions)} in {shown(reg.root)}  "
+    _say_unchanged(console, versions)
+    new = [v for v in versions if not v.unchanged]
+    if new:
+        console.print(f"registry {', '.join(v.ref for v in new)} in {shown(reg.root)}  "
                       f"(parent {section['winner']}; automl registry show "
-                      f"{versions[0].ref}{_dir_flag(reg.root)})", highlight=False)
-    return versions
+                      f"{new[0].ref}{_dir_flag(reg.root)})", highlight=False)
+    return new
+
+
+def _say_unchanged(console: Console, versions: list[ModelVersion]) -> None:
+    """One line per version ``Registry.register`` found already registered."""
+    for v in versions:
+        if v.unchanged:
+            console.print(f"registry {v.ref} unchanged (same sha256); not registered again",
+                          highlight=False)
 
 
 def publish(exp: Experiment, run_dir: Path, summary: dict, target: WandbTarget | None,
@@ -389,9 +415,11 @@ def publish(exp: Experiment, run_dir: Path, summary: dict, target: WandbTarget |
         versions = register_run(reg, exp, run_dir, summary, target)
         out["registry"] = {"dir": str(reg.root), "winner": versions[0].ref,
                            "versions": [v.ref for v in versions]}
-        console.print(f"registry {', '.join(v.ref for v in versions)} in {shown(reg.root)}  "
-                      f"(automl registry show {versions[0].ref}{_dir_flag(reg.root)})",
-                      highlight=False)
+        _say_unchanged(console, versions)
+        if any(not v.unchanged for v in versions):
+            console.print(f"registry {', '.join(v.ref for v in versions if not v.unchanged)} "
+                          f"in {shown(reg.root)}  (automl registry show "
+                          f"{versions[0].ref}{_dir_flag(reg.root)})", highlight=False)
     tracking: dict[str, Any] = {"backend": exp.tracking.backend,
                                 "tensorboard": (f"tensorboard --logdir {Path(run_dir) / 'tensorboard'}"
                                                 if exp.tracking.tensorboard else None)}

@@ -20,6 +20,7 @@ appears whole or not at all; JSON files are replaced atomically. References are
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -87,6 +88,9 @@ class ModelVersion:
     lineage: dict[str, Any]
     tracking: dict[str, Any] | None = None
     aliases: tuple[str, ...] = field(default=())
+    #: set by ``Registry.register`` when the files equal an existing version's, which it
+    #: returned instead of registering them again (not part of ``to_dict``)
+    unchanged: bool = field(default=False, compare=False)
 
     @property
     def ref(self) -> str:
@@ -100,9 +104,38 @@ class ModelVersion:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        del out["unchanged"]
         out["path"], out["aliases"] = str(self.path), list(self.aliases)
         out["card"] = str(self.card) if self.card else None
         return out
+
+
+#: what the model behind each kind of version trained on, for versions whose lineage does
+#: not say (``lineage["test"]["trained_on"]``, recorded since issue 45)
+TRAINED_ON = {"winner": "train + validation rows (refit)",
+              "compressed": "train rows (compressed from the chain's teacher)",
+              "onnx-int8": "train rows (compressed from the chain's teacher)",
+              "pareto_member": "train rows (sweep checkpoint)"}
+
+
+def test_figure(version: ModelVersion) -> dict[str, Any]:
+    """A version's test accuracy and what it was measured on: ``{"accuracy": float or
+    None, "split": "test", "trained_on": what its model trained on, "teacher_accuracy":
+    the chain teacher's test accuracy (compressed models; None otherwise or when not
+    recorded)}``.
+
+    Every figure is on the run's test split, but the models behind them trained on
+    different rows: the winner's refit on train + validation rows, a compressed model
+    (and its teacher) on the train rows only. A compressed model compares with its
+    teacher, not with the winner.
+    """
+    t = version.lineage.get("test") or {}
+    kind = version.lineage.get("kind")
+    trained = t.get("trained_on") or TRAINED_ON.get(kind) or version.lineage.get("weights")
+    acc, teacher = t.get("accuracy"), t.get("teacher_accuracy")
+    return {"accuracy": float(acc) if isinstance(acc, (int, float)) else None, "split": "test",
+            "trained_on": trained or "-",
+            "teacher_accuracy": float(teacher) if isinstance(teacher, (int, float)) else None}
 
 
 class Registry:
@@ -177,10 +210,23 @@ class Registry:
         folder.mkdir(parents=True, exist_ok=True)
         return FileLock(str(folder / ".lock"), timeout=60)
 
+    def same_content(self, name: str, digests: Mapping[str, str]) -> ModelVersion | None:
+        """The oldest version of ``name`` whose files (the model card aside: it carries the
+        registration time) are exactly ``digests`` (file name -> sha256), or None."""
+        for number in self._numbers(check_name(name)):
+            version = self._read(name, number)
+            if {k: v for k, v in version.files.items() if k != CARD} == dict(digests):
+                return version
+        return None
+
     def register(self, name: str, files: Mapping[str, str | Path], *, format: str,
                  lineage: dict[str, Any], tracking: dict[str, Any] | None = None,
                  card: Callable[[str, int, Path], str] | None = None) -> ModelVersion:
-        """Copy ``files`` (target file name -> source path) into a new version of ``name``.
+        """Copy ``files`` (target file name -> source path) into a new version of ``name``,
+        unless a version of ``name`` already holds the same files (same names, same
+        sha256): then that version is returned, with ``unchanged`` set, and nothing is
+        written (registration is idempotent by content, so re-running ``automl compress``
+        on the same run registers nothing new).
 
         ``lineage`` gets ``registered_at``. Version numbers start at 1 and never repeat.
         ``card(name, version, final version folder)`` returns the Markdown written as
@@ -195,7 +241,11 @@ class Registry:
             if not Path(src).is_file():
                 raise RegistryError(f"cannot register {name}: {src} does not exist",
                                     where=str(src))
+        digests = {t: sha256_file(Path(src)) for t, src in files.items()}
         with self._lock(name):
+            same = self.same_content(name, digests)
+            if same is not None:
+                return dataclasses.replace(same, unchanged=True)
             staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.root / name))
             try:
                 staging.chmod(0o777 & ~UMASK)  # mkdtemp makes it private (0700)
@@ -208,7 +258,8 @@ class Registry:
                     names.append(CARD)
                 record = {"name": name, "version": number, "created_at": now(),
                           "format": format,
-                          "files": {t: sha256_file(staging / t) for t in names},
+                          "files": {t: digests.get(t) or sha256_file(staging / t)
+                                    for t in names},
                           "lineage": {**lineage, "registered_at": now()},
                           "tracking": tracking}
                 write_json(staging / "version.json", record)

@@ -78,7 +78,7 @@ def winner(summary: dict) -> dict[str, Any]:
 def cv_table(summary: dict) -> dict[str, Any] | None:
     """The cross-validation section as ``{"metric", "winner", "candidates": [{"trial_id",
     "scores" (one per fold, in fold order), "mean", "std", "ci95" ([low, high] or None),
-    "status", "n_params"}]}``, or
+    "interval" (``wilson`` or ``t``: which interval ``ci95`` is), "status", "n_params"}]}``, or
     None when the run has no (usable) ``cv`` section.
 
     Reads ``automl.selection.CVResult.to_dict()``: fold scores are
@@ -96,6 +96,7 @@ def cv_table(summary: dict) -> dict[str, Any] | None:
         mean = stats.get("mean", sum(scores) / len(scores) if scores else math.nan)
         rows.append({"trial_id": c.get("trial_id"), "scores": scores, "mean": mean,
                      "std": stats.get("std"), "ci95": stats.get("ci95"),
+                     "interval": stats.get("interval", "t") if stats.get("ci95") else None,
                      "status": c.get("status", ""),
                      "n_params": c.get("n_params")})
     return {"metric": metric, "winner": cv.get("winner"), "reason": cv.get("reason"),

@@ -14,15 +14,18 @@ from automl.data import Dataset, load_dataset, split_indices
 from automl.errors import DataError
 from automl.search import TrialRecord
 from automl.selection import (
+    CVResult,
     choose_winner,
     classification_scores,
     cross_validate,
     fit_and_score,
     make_folds,
+    print_cv_table,
     refit_and_test,
     summarize,
 )
-from automl.spec import DataSpec, load_spec
+from automl.selection._scores import summarize_folds
+from automl.spec import CV_METRICS, DataSpec, load_spec
 
 
 def test_folds_are_stratified_disjoint_seeded_and_never_touch_test():
@@ -72,8 +75,71 @@ def test_scores_summary_and_confidence_interval():
     summ = summarize([0.90, 0.92, 0.94])
     half = stats.t.ppf(0.975, 2) * 0.02 / math.sqrt(3)
     assert summ["mean"] == pytest.approx(0.92) and summ["std"] == pytest.approx(0.02)
-    assert summ["ci95"] == pytest.approx([0.92 - half, 0.92 + half])
-    assert summarize([0.5]) == {"mean": 0.5, "std": None, "ci95": None, "n": 1}
+    assert summ["ci95"] == pytest.approx([0.92 - half, 0.92 + half]) and summ["interval"] == "t"
+    assert summarize([0.5]) == {"mean": 0.5, "std": None, "ci95": None, "n": 1,
+                                "interval": "t"}
+
+
+def _folds(accuracies, rows):
+    return [{"fold": i + 1, "repeat": 1, "rows": rows,
+             "scores": dict.fromkeys(CV_METRICS, a)} for i, a in enumerate(accuracies)]
+
+
+def test_wilson_interval_matches_the_textbook_values():
+    from automl.selection._scores import wilson_interval
+
+    z = stats.norm.ppf(0.975)
+    assert wilson_interval(0.81, 100, z) == pytest.approx([0.7222, 0.8749], abs=1e-4)
+    assert wilson_interval(0.0, 10, z) == pytest.approx([0.0, 0.2775], abs=1e-4)
+    assert wilson_interval(1.0, 10, z) == pytest.approx([0.7225, 1.0], abs=1e-4)
+    with pytest.raises(ValueError, match="0 <= p <= 1"):
+        wilson_interval(1.2, 10, z)
+
+
+def test_cv_intervals_of_fractions_stay_in_the_unit_range_and_say_which_they_are():
+    from automl.selection._scores import wilson_interval
+
+    # issue 45 item 5: two folds of 140 rows (Student t gave 0.047-1.681)
+    summ = summarize_folds(_folds([0.9283, 0.7997], 140))["accuracy"]
+    lo, hi = summ["ci95"]
+    assert summ["interval"] == "wilson" and 0.0 <= lo < summ["mean"] < hi <= 1.0
+    assert hi - lo > 0.5  # two folds that disagree by 13 points: still wide, not falsely sure
+    # folds that agree within the rows' sampling noise: Wilson on all 420 held-out rows
+    summ = summarize_folds(_folds([0.90, 0.905, 0.895], 140))["accuracy"]
+    assert summ["n_eff"] == 420 and summ["ci95"] == pytest.approx(
+        wilson_interval(0.9, 420, stats.norm.ppf(0.975)))
+    # every fold perfect: the interval ends at exactly 1, below it by the rows' noise
+    summ = summarize_folds(_folds([1.0, 1.0, 1.0], 50))["f1_macro"]
+    assert summ["ci95"][1] == 1.0 and 0.97 < summ["ci95"][0] < 1.0
+    # a collapsed fold widens the interval, which never leaves [0, 1]
+    summ = summarize_folds(_folds([0.8, 0.1, 0.85], 100))["accuracy"]
+    assert 0.0 <= summ["ci95"][0] < 0.3 and 0.9 < summ["ci95"][1] <= 1.0
+    # an older cv.json's folds without rows: the folds' spread alone
+    summ = summarize_folds([{k: v for k, v in f.items() if k != "rows"}
+                            for f in _folds([0.9, 0.92, 0.94], 100)])["accuracy"]
+    assert 0.0 <= summ["ci95"][0] < 0.92 < summ["ci95"][1] <= 1.0
+
+
+def test_the_cv_table_prints_intervals_in_brackets_and_names_them():
+    from rich.console import Console
+
+    old = {"metric": "accuracy", "plan": {"n_folds": 2, "n_repeats": 1}, "winner": "a",
+           "reason": "best", "compute": {"fold_trainings": 2, "fold_epochs": 2,
+                                         "train_time_s": 1.0, "wall_time_s": 1.0},
+           "candidates": [{"trial_id": "a", "rank": 1, "config": {}, "params": {},
+                           "search_score": 0.3, "n_params": 10, "status": "winner",
+                           "folds": [{"fold": 1, "repeat": 1, "scores": {"accuracy": 0.1}}],
+                           "summary": {"accuracy": {"mean": 0.197, "std": 0.137,
+                                                    "ci95": [-1.034, 1.428], "n": 2}}}]}
+    console = Console(record=True, width=200)
+    print_cv_table(console, CVResult.from_dict(old))  # a cv.json written before Wilson
+    text = console.export_text()
+    assert "[-1.034, 1.428]" in text and "-1.034-1.428" not in text
+    assert "95% CI: Student's t" in text
+    new = CVResult.from_dict({**old, "candidates": [{**old["candidates"][0], "summary":
+                                                     summarize_folds(_folds([0.3, 0.1], 40))}]})
+    print_cv_table(console, new)
+    assert "95% CI: Wilson score interval" in console.export_text()
 
 
 def test_near_ties_go_to_the_smaller_model():

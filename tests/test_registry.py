@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from automl.cli import app
 from automl.errors import RegistryError
 from automl.publish import publish, register_run
-from automl.registry import CHECKPOINT, EXPORT, Registry
+from automl.registry import CHECKPOINT, EXPORT, Registry, now
 from automl.space import TrialConfig
 from automl.spec import Experiment
 from automl.train import TrainState
@@ -105,13 +105,101 @@ def test_a_failed_registration_leaves_no_version(reg, tmp_path, monkeypatch):
 
 
 def test_concurrent_registrations_get_distinct_versions(reg, tmp_path):
-    checkpoint(tmp_path / "m.pt")
+    for i in range(8):
+        (tmp_path / f"m{i}.pt").write_bytes(f"weights {i}".encode())
     with ThreadPoolExecutor(4) as pool:
         refs = list(pool.map(lambda i: reg.register(
-            "m", {"model.pt": tmp_path / "m.pt"}, format=CHECKPOINT,
+            "m", {"model.pt": tmp_path / f"m{i}.pt"}, format=CHECKPOINT,
             lineage={"i": i}).version, range(8)))
     assert sorted(refs) == list(range(1, 9))
     assert sorted(v.lineage["i"] for v in reg.versions("m")) == list(range(8))
+    # the same files at once: one version, the others get it back unchanged
+    with ThreadPoolExecutor(4) as pool:
+        same = list(pool.map(lambda i: reg.register(
+            "n", {"model.pt": tmp_path / "m0.pt"}, format=CHECKPOINT, lineage={}), range(4)))
+    assert {v.ref for v in same} == {"n@1"} and sum(not v.unchanged for v in same) == 1
+
+
+def test_registering_the_same_files_again_returns_that_version(reg, tmp_path):
+    checkpoint(tmp_path / "m.pt")
+    checkpoint(tmp_path / "other.pt", seed=1)
+
+    def card(name, number, folder):  # the card differs each time; it is not the model
+        return f"# {name}@{number} registered at {now()} ({folder.name})"
+
+    first = reg.register("m", {"model.pt": tmp_path / "m.pt"}, format=CHECKPOINT,
+                         lineage={"try": 1}, card=card)
+    again = reg.register("m", {"model.pt": tmp_path / "m.pt"}, format=CHECKPOINT,
+                         lineage={"try": 2}, card=card)
+    assert (first.unchanged, again.unchanged) == (False, True)  # issue 45 item 8
+    assert again.ref == "m@1" and again.lineage["try"] == 1 and len(reg.versions("m")) == 1
+    assert "unchanged" not in again.to_dict()
+    other = reg.register("m", {"model.pt": tmp_path / "other.pt"}, format=CHECKPOINT,
+                         lineage={})
+    assert other.ref == "m@2" and not other.unchanged
+    # a file more or less is other content: a new version
+    extra = reg.register("m", {"model.pt": tmp_path / "m.pt", "x.json": tmp_path / "other.pt"},
+                         format=CHECKPOINT, lineage={})
+    assert extra.ref == "m@3"
+    assert reg.register("m", {"model.pt": tmp_path / "other.pt"}, format=CHECKPOINT,
+                        lineage={}).ref == "m@2"  # any version, not only the latest
+
+
+def _registered_run(reg, tmp_path):
+    """``fake_run`` with a compression chain whose winner is registered, as ``automl compress``
+    finds it: spec.yaml and summary.json (with its ``registry`` section) in the run dir."""
+    import yaml
+
+    run_dir, summary, model = fake_run(tmp_path, with_compression=True)
+    exp = Experiment.model_validate({"name": "digits", "tracking": {"backend": "none"},
+                                     "registry": {"dir": str(reg.root)}})
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump(exp.to_dict(), sort_keys=False))
+    win = reg.register("digits", {"model.pt": run_dir / "best" / "model.pt"},
+                       format=CHECKPOINT, lineage={"kind": "winner", "test": summary["test"]})
+    summary["registry"] = {"dir": str(reg.root), "winner": win.ref, "versions": [win.ref]}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return run_dir, summary
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_registering_a_runs_compressed_models_again_registers_nothing(reg, tmp_path):
+    from automl.publish import register_recompressed
+
+    run_dir, _ = _registered_run(reg, tmp_path)
+    console = Console(record=True, width=200)
+    first = register_recompressed(run_dir, console)
+    assert [v.ref for v in first] == ["digits-01_distill@1"]
+    again = register_recompressed(run_dir, console)  # `automl compress` gave the same files
+    assert again == [] and [v.ref for v in reg.versions("digits-01_distill")] == [
+        "digits-01_distill@1"]
+    text = console.export_text()
+    assert ("registry digits-01_distill@1 unchanged (same sha256); not registered again"
+            in text) and text.count("registry digits-01_distill@1 in") == 1
+    assert json.loads((run_dir / "summary.json").read_text())["registry"]["versions"] == [
+        "digits@1", "digits-01_distill@1"]
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_registry_list_says_what_each_test_figure_was_measured_on(reg, tmp_path):
+    from automl.publish import register_compressed
+
+    run_dir, summary = _registered_run(reg, tmp_path)
+    exp = Experiment.model_validate({"name": "digits"})
+    register_compressed(reg, exp, run_dir, summary, reg.get("digits@1"))
+    reg.register("old-01_prune", {"model.pt": run_dir / "best" / "model.pt"},  # before issue 45
+                 format=CHECKPOINT, lineage={"kind": "compressed", "test": {"accuracy": 0.97}})
+    res = CliRunner().invoke(app, ["registry", "list", "--dir", str(reg.root)])
+    assert res.exit_code == 0, res.output
+    rows = {ln.split()[0]: ln for ln in res.output.splitlines() if ln.strip()}
+    win, child, old = rows["digits"], rows["digits-01_distill"], rows["old-01_prune"]
+    # issue 45 item 7: the winner's refit saw the validation rows, the compressed model's
+    # teacher did not; the compressed model's figure sits beside its teacher's
+    assert "0.9500" in win and "train + validation rows (refit)" in win
+    assert re.search(r"0\.9400\s+0\.9500\s+train rows \(compressed from the chain's teacher\)",
+                     child), child
+    assert "0.9700" in old and "train rows (compressed from the chain's teacher)" in old
+    assert "compare a compressed model with its teacher, not with the winner" in " ".join(
+        res.output.split())
 
 
 def test_tampered_or_pickled_code_files_are_refused(reg, tmp_path):
@@ -185,7 +273,10 @@ def test_register_run_records_lineage_of_winner_and_compressed_models(reg, tmp_p
     assert lin["parent"] is None and lin["compression"] == []
     c = child.lineage
     assert child.format == EXPORT and c["parent"] == "digits@1"
-    assert c["compression"] == ["teacher", "01_distill"] and c["test"] == {"accuracy": 0.94}
+    assert c["compression"] == ["teacher", "01_distill"]
+    assert c["test"] == {"accuracy": 0.94, "split": "test", "teacher_accuracy": 0.95,
+                         "trained_on": "train rows (compressed from the chain's teacher)"}
+    assert lin["test"]["trained_on"] == "train + validation rows (refit)"
     loaded, _ = reg.load("digits-01_distill")
     x = torch.rand(3, 1, 8, 8)
     assert torch.allclose(loaded(x), model(x))
@@ -219,8 +310,8 @@ def test_publish_without_wandb_or_optional_stages(reg, tmp_path):
 
 
 def test_registry_cli(reg, tmp_path):
-    checkpoint(tmp_path / "m.pt")
-    for _ in range(2):
+    for seed in range(2):
+        checkpoint(tmp_path / "m.pt", seed=seed)
         reg.register("digits", {"model.pt": tmp_path / "m.pt"}, format=CHECKPOINT,
                      lineage={"kind": "winner", "test": {"accuracy": 0.9}})
     run = CliRunner().invoke

@@ -99,8 +99,10 @@ class Context:
     students/rebuilds (default ``automl.models.build_model(arch, input_shape, num_classes)``),
     ``fine_tune(model, epochs, lr, loss_fn=None)`` (default ``train`` on the train split,
     in place, on ``device``: ``cpu`` or ``cuda``), ``threads``/``latency_repeats`` for the
-    latency measurement (always on the CPU), ``onnx``: export kept models to ONNX and
-    check them in ONNX Runtime (``onnx_export``).
+    latency measurement (always on the CPU), ``max_slowdown``: how much slower at batch 1
+    than its parent a step's model may be (a fraction; None: no latency check; see
+    :func:`growth_reason`), ``onnx``: export kept models to ONNX and check them in ONNX
+    Runtime (``onnx_export``).
 
     Stages train on the train split only; the validation split decides the accuracy-drop
     guard and must be held out from the teacher's training too; the test split is only
@@ -118,6 +120,7 @@ class Context:
     lr: float = 1e-3
     threads: int = 1
     latency_repeats: int = 30
+    max_slowdown: float | None = 0.10
     teacher_arch: dict | None = None
     onnx: bool = True
     device: str = "cpu"
@@ -243,3 +246,60 @@ def measure(model: nn.Module, ctx: Context, name: str, teacher_pred: Tensor | No
     acc = float((pred == ctx.y_test).float().mean())
     return Measurement(name, params, nonzero, macs, size_bytes, script_bytes, b1, b64, acc, agree,
                        val_accuracy(model, ctx))
+
+
+#: rounds of the confirming re-measurement of a step that measured slower than its parent
+CONFIRM_ROUNDS = 3
+
+
+def growth_reason(latency_ms: float | None, parent_latency_ms: float | None,
+                  size_bytes: int | None, parent_size_bytes: int | None, *, parent: str,
+                  engine: str, max_slowdown: float | None) -> str | None:
+    """Why a compression step's model is rejected for being larger or slower than the model
+    it came from (its parent), or None when it is neither.
+
+    Larger: its saved file has more bytes than the parent's (file sizes do not vary from
+    run to run, so there is no tolerance). Slower: its p50 latency at batch 1 is above the
+    parent's by more than ``max_slowdown`` (a fraction: 0.10 allows 10% for measurement
+    noise; None skips the check). Both figures must come from the same engine (``engine``,
+    e.g. ``PyTorch``, ``ONNX Runtime``), as the reason says; a figure that is None is not
+    compared.
+    """
+    if size_bytes is not None and parent_size_bytes and size_bytes > parent_size_bytes:
+        return (f"its file is larger than its parent {parent}'s ({size_bytes:,} bytes against "
+                f"{parent_size_bytes:,})")
+    if max_slowdown is None or not latency_ms or not parent_latency_ms:
+        return None
+    if latency_ms > parent_latency_ms * (1.0 + max_slowdown):
+        return (f"{latency_ms / parent_latency_ms:.2g}x slower than its parent {parent} at "
+                f"batch 1 in {engine} ({latency_ms:.3f} ms against {parent_latency_ms:.3f} ms; "
+                f"max slowdown {max_slowdown:.0%})")
+    return None
+
+
+def confirm_latency(run: Callable[[], float], parent_run: Callable[[], float],
+                    rounds: int = CONFIRM_ROUNDS) -> tuple[float, float]:
+    """``(ms, parent_ms)``: batch-1 latencies measured again, alternating between the model
+    (``run()``, one p50 measurement) and its parent (``parent_run()``) for ``rounds``
+    rounds, each the fastest of its rounds. Alternating puts both under the same load of a
+    shared machine, and the fastest round is the one least disturbed, so a step is not
+    rejected for a burst of someone else's work during its first measurement."""
+    mine, theirs = [], []
+    for _ in range(rounds):
+        mine.append(run())
+        theirs.append(parent_run())
+    return min(mine), min(theirs)
+
+
+def torch_latency_b1(model: nn.Module, ctx: Context) -> Callable[[], float]:
+    """A ``confirm_latency`` measurement: ``model``'s p50 latency in ms at batch 1 on
+    ``ctx.threads`` threads over ``ctx.latency_repeats`` runs, as ``measure`` takes it."""
+    def run() -> float:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(ctx.threads)
+        try:
+            return latency_ms(model.eval(), ctx.X_test[:1], ctx.latency_repeats)
+        finally:
+            torch.set_num_threads(threads)
+
+    return run

@@ -15,7 +15,12 @@ continues from the last accepted model. The guard reads only the validation rows
 (``ctx.X_val``), which must be held out from the teacher's and the stages' training; the
 test split is read once per *accepted* model, as its final measurement (``accuracy``,
 ``accuracy_drop``), and never decides anything. A stage that finds nothing to do is
-``skipped``; one that raises is ``failed`` (reason = the error). Accepted models and the
+``skipped``; one that raises is ``failed`` (reason = the error). A model that passes the
+accuracy guard but is larger (file bytes) or slower at batch 1 (PyTorch p50, by more than
+``ctx.max_slowdown``, confirmed by a second measurement beside it) than the model it came
+from is ``rejected`` with the figures in its reason (``_base.growth_reason``), and its files
+are removed: int8 of a tiny model can be many times slower than its float parent.
+Accepted models and the
 teacher are exported (``export.export_model``, parity checked on the test inputs) and
 measured (``_base.measure``); with ``ctx.onnx`` each is also exported to ONNX and checked
 in ONNX Runtime (``onnx_export.export_checked``), and the first quantize stage also gets
@@ -40,9 +45,12 @@ from automl.compress._base import (
     Measurement,
     Stage,
     check_number,
+    confirm_latency,
+    growth_reason,
     measure,
     predict,
     to_dict,
+    torch_latency_b1,
     val_accuracy,
 )
 from automl.compress.distill import DistillStage
@@ -131,6 +139,33 @@ class ChainResult:
         return "\n".join(rows)
 
 
+def _grew(model: nn.Module, meas: Measurement, parent: nn.Module, parent_meas: Measurement,
+          ctx: Context) -> tuple[str | None, dict]:
+    """``(reason, figures)``: why ``model`` is rejected for being larger or slower at batch 1
+    than ``parent``, the last accepted model it came from (``_base.growth_reason``, both in
+    PyTorch on the CPU), or None. A model that measured slower is measured again beside its
+    parent (``_base.confirm_latency``) and judged on those figures, which ``figures``
+    (``{"growth_check": {...}}``, for the stage's ``info``) records."""
+    def why(ms: float, parent_ms: float) -> str | None:
+        return growth_reason(ms, parent_ms, meas.size_bytes, parent_meas.size_bytes,
+                             parent=parent_meas.name, engine="PyTorch",
+                             max_slowdown=ctx.max_slowdown)
+
+    figures = {"parent": parent_meas.name, "size_bytes": meas.size_bytes,
+               "parent_size_bytes": parent_meas.size_bytes,
+               "latency_ms_b1": meas.latency_ms_b1,
+               "parent_latency_ms_b1": parent_meas.latency_ms_b1,
+               "max_slowdown": ctx.max_slowdown}
+    reason = why(meas.latency_ms_b1, parent_meas.latency_ms_b1)
+    larger = why(0.0, 0.0)  # latencies of 0 are not compared: the file sizes alone
+    if reason is not None and larger is None:  # slower: measure again, beside the parent
+        ms, parent_ms = confirm_latency(torch_latency_b1(model, ctx),
+                                        torch_latency_b1(parent, ctx))
+        figures.update(confirmed_latency_ms_b1=ms, confirmed_parent_latency_ms_b1=parent_ms)
+        reason = why(ms, parent_ms)
+    return reason, {"growth_check": figures}
+
+
 def make_stage(spec: dict, index: int = 0) -> tuple[Stage, float]:
     """(stage object, max_accuracy_drop) from one spec dict; ``ValueError`` naming the key."""
     where = f"stages[{index}]"
@@ -195,6 +230,7 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context,
     t_onnx = export_checked(teacher, ctx, "00_teacher") if ctx.onnx else None
     done("00_teacher", "measured")
     current, current_name, current_onnx, records = teacher, "00_teacher", t_onnx, []
+    current_meas = t_meas
     int8_done = False
     for i, ((stage, max_drop), spec) in enumerate(zip(stages, stages_spec, strict=True), start=1):
         base = {"index": i, "stage": stage.name, "spec": dict(spec),
@@ -243,12 +279,24 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context,
             continue
         meas = measure(out.model, ctx, name, teacher_pred, size_bytes=exp.size_bytes,
                        script_bytes=exp.script_bytes, count_model=out.count_model)
+        grew, checked = _grew(out.model, meas, current, current_meas, ctx)
+        if grew:
+            for path in (exp.state_dict_path, exp.config_path, exp.script_path):
+                if path is not None:  # a rejected model leaves no file
+                    path.unlink(missing_ok=True)
+            records.append(StageRecord(**{**base, **guard, "info": {**out.info, **checked}},
+                                       status="rejected", reason=grew))
+            done(f"{i:02d}_{stage.name}", records[-1].status)
+            continue
+        if "confirmed_latency_ms_b1" in checked["growth_check"]:  # slower at first: why kept
+            guard["info"] = {**out.info, **checked}
         onnx = export_checked(out.model, ctx, name) if ctx.onnx else None
         records.append(StageRecord(**base, status="accepted", reason=None, **guard,
                                    accuracy=meas.accuracy,
                                    accuracy_drop=t_meas.accuracy - meas.accuracy,
                                    measurement=meas, export=exp, onnx=onnx))
         current, current_name, current_onnx, recipe = out.model, name, onnx, new_recipe
+        current_meas = meas
         done(name, "accepted")
     result = ChainResult(t_meas, t_export, tuple(records), current_name, current, t_onnx)
     (ctx.out_dir / "chain.json").write_text(json.dumps(result.to_dict(), indent=1))

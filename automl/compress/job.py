@@ -145,6 +145,7 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
                              impute=exp.data.impute)
         kw = {"seed": comp.seed, "batch_size": comp.batch_size, "lr": comp.lr,
               "threads": comp.latency_threads, "latency_repeats": comp.latency_repeats,
+              "max_slowdown": comp.max_slowdown,
               "teacher_arch": cfg.arch, "onnx": comp.onnx, "device": comp.device}
         out, old = run_dir / OUT, run_dir / f".{OUT}-old-{os.getpid()}"
         if out.exists():  # a re-run: keep the old results until the new ones are complete

@@ -21,7 +21,9 @@
   channel, uint8 activations, MinMax calibration on training batches) of Conv, Gemm and
   MatMul, after ONNX Runtime's recommended pre-processing (``quant_pre_process``: shape
   inference and graph optimisation). ``onnx_int8`` applies the chain's accuracy-drop guard
-  to it on the validation rows; the test split is measured only when it is accepted.
+  to it on the validation rows, then rejects it when its file is larger or it is slower at
+  batch 1 than its source's float ONNX file, both in ONNX Runtime; the test split is
+  measured only when it is accepted.
 
 Data convention as in ``_base``: ``X`` float32 ``(N, ...)``; accuracies are fractions.
 """
@@ -252,7 +254,9 @@ class OnnxInt8:
     failed (with ``reason``). ``val_accuracy``/``val_accuracy_drop`` (vs the teacher)
     decided it; ``accuracy``, ``accuracy_drop``, ``agreement`` (test argmax vs the
     teacher), ``source_agreement`` (vs ``source`` in PyTorch) and ONNX Runtime's p50
-    latency (ms, batch 1 and 64) are measured on the test split for accepted models only."""
+    latency (ms, batch 1 and 64) are measured on the test split for accepted models only
+    (batch 1 also for one rejected as larger or slower than its source, ``source_bytes``
+    the source's float ONNX file)."""
 
     name: str
     source: str
@@ -306,14 +310,41 @@ def onnx_int8(name: str, source: str, source_model: nn.Module, source_onnx: Onnx
         path.unlink(missing_ok=True)
         return OnnxInt8(**{**base, **guard, "path": None}, status="rejected",
                         reason=f"validation accuracy drop {drop:.4f} > max {max_drop:.4f}")
+    reps = ctx.latency_repeats
+    b1 = ort_latency_ms(sess, ctx.X_test[:1], reps)
+    grew = _grew_ort(sess, b1, guard["bytes"], source, source_onnx, ctx)
+    if grew is not None:
+        path.unlink(missing_ok=True)
+        return OnnxInt8(**{**base, **guard, "path": None}, status="rejected", reason=grew,
+                        latency_ms_b1=b1)
     logits = run_session(sess, ctx.X_test)
     pred = logits.argmax(1)
     acc = float((pred == ctx.y_test).float().mean())
-    reps = ctx.latency_repeats
     return OnnxInt8(**base, **guard, status="accepted", reason=None, accuracy=acc,
                     accuracy_drop=teacher_accuracy - acc,
                     agreement=float((pred == teacher_pred).float().mean()),
                     source_agreement=float((pred == predict(source_model, ctx.X_test)
                                             .argmax(1)).float().mean()),
-                    latency_ms_b1=ort_latency_ms(sess, ctx.X_test[:1], reps),
+                    latency_ms_b1=b1,
                     latency_ms_b64=ort_latency_ms(sess, batch64(ctx.X_test), max(3, reps // 3)))
+
+
+def _grew_ort(sess: Any, b1: float, size: int, source: str, source_onnx: OnnxExport,
+              ctx: Context) -> str | None:
+    """Why ONNX Runtime's int8 (``sess``, ``b1`` ms at batch 1, ``size`` bytes) is larger or
+    slower than its source's float ONNX file in ONNX Runtime (``_base.growth_reason``:
+    like against like), or None; a model that measured slower is measured again beside
+    its source (``_base.confirm_latency``) and judged on those figures."""
+    from automl.compress._base import confirm_latency, growth_reason
+
+    def why(ms: float, source_ms: float | None) -> str | None:
+        return growth_reason(ms, source_ms, size, source_onnx.bytes, parent=source,
+                             engine="ONNX Runtime", max_slowdown=ctx.max_slowdown)
+
+    reason = why(b1, source_onnx.latency_ms_b1)
+    if reason is None or why(0.0, 0.0) is not None:
+        return reason
+    x1, reps = ctx.X_test[:1], ctx.latency_repeats
+    theirs = session(source_onnx.path, ctx.threads)
+    return why(*confirm_latency(lambda: ort_latency_ms(sess, x1, reps),
+                                lambda: ort_latency_ms(theirs, x1, reps)))

@@ -141,8 +141,9 @@ def learning_curves(trials: list[dict], metric: str):
 
 
 def cv_scores(cv: dict):
-    """Each CV candidate's fold scores and its mean with the 95% Student-t interval
-    (``automl.selection`` summaries); the winner in red."""
+    """Each CV candidate's fold scores and its mean with its 95% interval (``automl.selection``
+    summaries: Wilson for scores in [0, 1], Student's t in runs before it); the winner in
+    red."""
     import plotly.graph_objects as go
 
     cands = [c for c in cv["candidates"] if c["scores"]]
@@ -163,8 +164,8 @@ def cv_scores(cv: dict):
             marker={"color": colour, "size": 12, "symbol": "diamond"},
             error_y={"type": "data", "symmetric": False, "array": [ci[1] - c["mean"]],
                      "arrayminus": [c["mean"] - ci[0]], "color": colour},
-            hovertemplate=f"{name}<br>mean %{{y:.4f}}<br>95% CI [{ci[0]:.4f}, {ci[1]:.4f}]"
-                          "<extra></extra>"))
+            hovertemplate=f"{name}<br>mean %{{y:.4f}}<br>95% CI [{ci[0]:.4f}, {ci[1]:.4f}] "
+                          f"({c.get('interval') or 't'})<extra></extra>"))
     fig.update_layout(height=HEIGHT, template="plotly_white",
                       yaxis_title=f"{cv['metric']} (folds; mean and 95% CI)",
                       title="Cross-validation scores per candidate")

@@ -32,8 +32,11 @@ WAIT_STEP_S = 1.0
 @dataclass(frozen=True)
 class CandidateCV:
     """One candidate's cross-validation: ``folds`` holds ``{fold, repeat, scores,
-    train_time_s, epochs}`` per fold run; ``summary`` maps each metric to ``{mean, std,
-    ci95, n}``; ``status`` is ``winner``, ``scored`` or ``dropped after fold 1``."""
+    train_time_s, epochs, rows}`` per fold run (``rows``: its held-out rows; absent from
+    results written before it was recorded); ``summary`` maps each metric to ``{mean, std,
+    ci95, n, interval}`` (``automl.selection._scores.summarize``; ``interval`` absent:
+    Student's t, from an older run); ``status`` is ``winner``, ``scored`` or ``dropped
+    after fold 1``."""
 
     trial_id: str
     rank: int
@@ -350,7 +353,8 @@ def cross_validate(
         folds = [{"fold": i % plan.n_folds + 1, "repeat": i // plan.n_folds + 1,
                   "scores": results[(c.trial_id, i)]["scores"],
                   "train_time_s": results[(c.trial_id, i)]["train_time_s"],
-                  "epochs": results[(c.trial_id, i)]["epochs"]}
+                  "epochs": results[(c.trial_id, i)]["epochs"],
+                  "rows": results[(c.trial_id, i)].get("n_eval")}
                  for i in range(n) if (c.trial_id, i) in results]
         search_score = c.metrics.get(exp.search.metric)
         rows.append(dict(trial_id=c.trial_id, rank=rank, config=c.config, params=c.params,

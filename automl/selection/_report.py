@@ -6,10 +6,24 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+#: what each ``summary[metric]["interval"]`` is, in the line under the table
+INTERVALS = {
+    "wilson": "Wilson score interval on the held-out rows of all folds (fewer effective "
+              "rows when the folds disagree more than sampling noise explains)",
+    "t": "Student's t over the fold scores",
+}
+
+
+def format_ci(ci, digits: int = 3) -> str:
+    """``[low, high]`` (``-`` for None): brackets and a comma, so a negative bound reads as
+    one (``[-0.012, 0.412]``), never ``a-b``."""
+    return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else "-"
+
 
 def print_cv_table(console: Console, cv) -> None:
     """One row per candidate: search rank, trial, parameters, folds run, the deciding
-    metric's mean ± std and 95% CI, the search's validation score and the status.
+    metric's mean ± std and 95% CI (``[low, high]``; the line under the table says which
+    interval), the search's validation score and the status, then the result's warnings.
     Every metric's per-fold scores are in ``cv.json`` / ``summary.json``."""
     plan = cv.plan
     title = (f"cross-validation: {plan['n_folds']} folds x {plan['n_repeats']} repeat(s), "
@@ -20,7 +34,7 @@ def print_cv_table(console: Console, cv) -> None:
         table.add_column(col, no_wrap=True)
     for c in cv.candidates:
         s = c.summary[cv.metric]
-        ci = f"{s['ci95'][0]:.3f}-{s['ci95'][1]:.3f}" if s["ci95"] else "-"
+        ci = format_ci(s["ci95"])
         val = f"{c.search_score:.4f}" if c.search_score is not None else "-"
         style = {"winner": "bold green", "scored": None}.get(c.status, "dim")
         status = "dropped" if c.status.startswith("dropped") else c.status
@@ -28,6 +42,8 @@ def print_cv_table(console: Console, cv) -> None:
                       f"{s['mean']:.4f}±{s['std']:.4f}" if s["std"] is not None
                       else f"{s['mean']:.4f}", ci, val, status, style=style)
     console.print(table)
+    kinds = sorted({c.summary[cv.metric].get("interval", "t") for c in cv.candidates})
+    console.print("95% CI: " + "; ".join(INTERVALS.get(k, k) for k in kinds), highlight=False)
     console.print(f"winner trial {cv.winner}: {cv.reason}", highlight=False)
     comp = cv.compute
     line = (f"cv     {comp['fold_trainings']} fold trainings, {comp['fold_epochs']} epochs, "

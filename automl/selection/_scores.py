@@ -1,5 +1,6 @@
 """Per-fold classification scores (scikit-learn), their mean / std / 95% confidence
-interval (Student's t, SciPy), and the winner rule. Pure functions, no Ray."""
+interval (a Wilson score interval for the scores in [0, 1], Student's t otherwise; SciPy),
+and the winner rule. Pure functions, no Ray."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from scipy import stats
 from sklearn import metrics as skm
 
 from automl.spec import CV_METRICS
+
+#: the name ``summarize`` records under ``"interval"`` for each kind of interval
+WILSON, STUDENT_T = "wilson", "t"
 
 
 def classification_scores(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> dict:
@@ -30,28 +34,101 @@ def classification_scores(y_true: np.ndarray, y_pred: np.ndarray, num_classes: i
     }
 
 
-def summarize(values: Sequence[float], confidence: float = 0.95) -> dict:
-    """Mean, sample standard deviation (ddof 1) and a two-sided Student-t confidence
-    interval for the mean over ``n`` fold scores (``std`` and ``ci95`` are None when
-    ``n < 2``).
+def wilson_interval(p: float, n: float, crit: float) -> list[float]:
+    """The Wilson (1927) score interval ``[low, high]`` of a proportion ``p`` observed on
+    ``n`` (possibly effective, non-integer) trials, with critical value ``crit`` (1.96 for
+    95%). It lies inside [0, 1] for every ``p`` in [0, 1], and keeps close to its nominal
+    coverage for small ``n`` and ``p`` near 0 or 1, where the Wald interval ``p ± crit *
+    sqrt(p (1 - p) / n)`` leaves the range (Agresti & Coull 1998; Brown, Cai & DasGupta
+    2001).
 
-    Folds share training rows, so the interval is optimistic (Nadeau & Bengio 2003);
+    Raises:
+        ValueError: ``p`` outside [0, 1], or ``n`` or ``crit`` not positive.
+    """
+    if not 0.0 <= p <= 1.0 or not n > 0 or not crit > 0:
+        raise ValueError(f"wilson_interval needs 0 <= p <= 1, n > 0 and crit > 0; got p={p}, "
+                         f"n={n}, crit={crit}")
+    z2 = crit * crit
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = crit * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    # at p = 0 or 1 the bound is exactly 0 or 1 (not 1 - 1e-16 from rounding)
+    return [0.0 if p == 0 else max(0.0, centre - half), 1.0 if p == 1 else min(1.0, centre + half)]
+
+
+def summarize(values: Sequence[float], confidence: float = 0.95, *, bounded: bool = False,
+              rows: int | None = None) -> dict:
+    """Mean, sample standard deviation (ddof 1) and a two-sided confidence interval for the
+    mean of ``n`` fold scores (``std`` and ``ci95`` are None when ``n < 2``).
+
+    Args:
+        bounded: the scores are fractions in [0, 1] (accuracy, balanced accuracy, macro
+            precision / recall / F1): the interval is a Wilson score interval and stays in
+            [0, 1]. Otherwise (losses, errors) it is Student's t on the fold scores.
+        rows: held-out rows per repeat (every fold's validation rows added up, counted
+            once per repeat), for the binomial part of the Wilson interval; None when
+            unknown (the folds' spread alone then sets the width).
+
+    The Wilson interval (Wilson 1927) treats the mean score ``p`` as a proportion of the
+    held-out rows pooled over the folds (for accuracy: correct predictions over all
+    held-out rows). When the folds disagree more than that binomial noise explains
+    (``std**2 / n`` above ``p (1 - p) / rows``, e.g. one fold that collapsed), the rows
+    count as fewer: the effective sample size ``p (1 - p) / var`` of the design effect
+    (Kish 1965), and the critical value is Student's t with Satterthwaite's degrees of
+    freedom for the part of the variance the ``n - 1`` fold degrees estimate; this is Korn
+    & Graubard's (1998) interval for proportions from clustered samples, with Wilson's
+    score interval in place of Clopper-Pearson's. So two folds that disagree give a wide
+    interval, folds that agree give the binomial one, and neither leaves [0, 1]. For the
+    macro averages the binomial part is an approximation (they are not proportions of
+    rows); their fold spread usually decides.
+
+    Folds share training rows, so either interval is optimistic (Nadeau & Bengio 2003);
     read it as a noise scale, not a guarantee.
+
+    Returns:
+        ``{"mean", "std", "ci95": [low, high] or None, "n", "interval": "wilson" or "t"}``;
+        a Wilson interval adds ``"n_eff"`` (its effective rows, 1 decimal).
     """
     x = np.asarray(values, dtype=float)
     n = len(x)
     mean = float(x.mean()) if n else math.nan
     std = float(x.std(ddof=1)) if n > 1 else None
-    ci = None
-    if n > 1:
-        half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
-        ci = [mean - half, mean + half]
-    return {"mean": mean, "std": std, "ci95": ci, "n": n}
+    out = {"mean": mean, "std": std, "ci95": None, "n": n,
+           "interval": WILSON if bounded else STUDENT_T}
+    if n < 2:
+        return out
+    level = 0.5 + confidence / 2
+    if not bounded:
+        half = float(stats.t.ppf(level, n - 1)) * std / math.sqrt(n)
+        out["ci95"] = [mean - half, mean + half]
+        return out
+    p = min(max(mean, 0.0), 1.0)
+    pq = p * (1 - p)
+    binom = pq / rows if rows else 0.0  # the held-out rows' sampling noise, known
+    excess = max(0.0, std * std / n - binom)  # what the folds add, on n - 1 degrees
+    var = binom + excess
+    if var <= 0.0 or pq == 0.0:  # every fold scored the same, and no rows are known
+        n_eff = float(rows) if rows else math.inf
+    else:
+        n_eff = min(pq / var, float(rows)) if rows else pq / var
+    if math.isinf(n_eff):
+        out["ci95"], out["n_eff"] = [p, p], None
+        return out
+    df = math.inf if excess == 0.0 else var * var / (excess * excess / (n - 1))
+    crit = float(stats.norm.ppf(level)) if math.isinf(df) else float(stats.t.ppf(level, df))
+    out["ci95"], out["n_eff"] = wilson_interval(p, n_eff, crit), round(n_eff, 1)
+    return out
 
 
 def summarize_folds(folds: Sequence[dict]) -> dict:
-    """``{metric: summarize([fold["scores"][metric] ...])}`` for every CV metric."""
-    return {m: summarize([f["scores"][m] for f in folds]) for m in CV_METRICS}
+    """``{metric: summarize([fold["scores"][metric] ...], bounded=True, rows=...)}`` for
+    every CV metric (all in [0, 1]); ``rows`` is the folds' held-out rows (``fold["rows"]``)
+    per repeat, None when a fold does not record them (results of older runs)."""
+    counts = [f.get("rows") for f in folds]
+    repeats = len({f.get("repeat", 1) for f in folds}) or 1
+    rows = sum(counts) // repeats if counts and all(isinstance(c, int) for c in counts) else None
+    return {m: summarize([f["scores"][m] for f in folds], bounded=True, rows=rows)
+            for m in CV_METRICS}
 
 
 def choose_winner(candidates: Sequence[dict], tolerance: float) -> tuple[str, str]:

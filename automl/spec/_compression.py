@@ -165,7 +165,10 @@ class CompressionSpec(_Strict):
     every training in the chain); test accuracy is only reported. ``lr`` and
     ``batch_size`` are the defaults of stages that train; ``seed`` seeds student
     initialisation and batch order; latency is the p50 of ``latency_repeats`` runs on
-    ``latency_threads`` CPU threads. ``onnx``: export every kept model to ONNX, check it in
+    ``latency_threads`` CPU threads. A stage whose model passes the accuracy guard but is
+    larger (file bytes) than the model it came from, or slower at batch 1 by more than
+    ``max_slowdown`` (confirmed by measuring both again), is rejected too; ONNX Runtime's
+    int8 is compared with its source in ONNX Runtime. ``onnx``: export every kept model to ONNX, check it in
     ONNX Runtime (parity and latency) and add ONNX Runtime's static int8 at the first
     quantize stage. ``device``: where the chain trains (teacher retrain, distillation,
     fine-tuning); ``cuda`` needs a GPU. Quantization and latency stay on the CPU.
@@ -178,6 +181,11 @@ class CompressionSpec(_Strict):
     seed: int = 0
     latency_threads: int = Field(1, ge=1, le=256)
     latency_repeats: int = Field(30, ge=3, le=100_000)
+    max_slowdown: float | None = Field(0.10, ge=0, le=100, description=(
+        "how much slower at batch 1 than the model it came from a stage's model may be, as "
+        "a fraction (0.10: 10%, room for measurement noise) before it is rejected; null "
+        "turns the latency check off. A model whose file is larger than its parent's is "
+        "always rejected"))
     onnx: bool = True
     device: Literal["cpu", "cuda"] = "cpu"
 
