@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 CV_METRICS = ("accuracy", "balanced_accuracy", "precision_macro", "recall_macro", "f1_macro")
+#: the fold and test scores a card lists per task (``roc_auc``/``pr_auc`` when present)
+TASK_SCORES = {"classification": (*CV_METRICS, "roc_auc", "pr_auc"),
+               "regression": ("r2", "rmse", "mae")}
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,11 @@ class CardInput:
     file_sizes: dict[str, int] = field(default_factory=dict)
 
 
+def _task(c: CardInput) -> str:
+    """The card's task: the run's data section says it (runs before tasks: classification)."""
+    return (c.summary.get("data") or {}).get("task") or "classification"
+
+
 def _f(v: Any, spec: str = ".4f") -> str:
     return "-" if v is None else format(v, spec) if isinstance(v, (int, float)) else str(v)
 
@@ -64,10 +72,17 @@ def _data(c: CardInput) -> list[str]:
     split = d.get("split") or {}
     cleaning = d.get("cleaning") or {}
     counts = d.get("class_counts") or {}
-    rows = [["source", d.get("name", ds.get("source"))], ["kind", d.get("kind", "-")],
-            ["rows (after cleaning)", d.get("rows", "-")],
+    target = d.get("target") or {}
+    what = (["target (regression)", f"{_f(target.get('min'), '.4g')} to "
+                                    f"{_f(target.get('max'), '.4g')}, mean "
+                                    f"{_f(target.get('mean'), '.4g')}, std "
+                                    f"{_f(target.get('std'), '.4g')}"]
+            if _task(c) == "regression" else
             ["classes", f"{len(counts)}: " + ", ".join(f"{k} ({v})" for k, v in
-                                                      list(counts.items())[:20])],
+                                                      list(counts.items())[:20])])
+    rows = [["source", d.get("name", ds.get("source"))], ["kind", d.get("kind", "-")],
+            ["task", _task(c) + (f" ({d['task_reason']})" if d.get("task_reason") else "")],
+            ["rows (after cleaning)", d.get("rows", "-")], what,
             ["model input shape (one example)", tuple(d.get("model_input_shape")
                                                       or c.input_shape)],
             ["split (stratified, seed " + str(ds.get("seed", "-")) + ")",
@@ -117,14 +132,15 @@ def _cv(c: CardInput) -> list[str]:
     if not cv:
         return ["## Cross-validation", "", "Not cross-validated.", ""]
     rows = []
-    for m in CV_METRICS:
+    shown = [m for m in TASK_SCORES[_task(c)] if cv.get(m)]
+    for m in shown:
         s = cv.get(m) or {}
         ci = s.get("ci95")
         rows.append([m, _f(s.get("mean")), _f(s.get("std")),
                      f"[{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "-", s.get("n", "-")])
     folds = f"{plan.get('n_folds', '-')} folds x {plan.get('n_repeats', 1)} repeat(s)" \
         if plan else "folds"
-    kinds = {(cv.get(m) or {}).get("interval", "t") for m in CV_METRICS if cv.get(m)}
+    kinds = {(cv.get(m) or {}).get("interval", "t") for m in shown}
     how = ("a Wilson score interval on the held-out rows of all folds (fewer effective rows "
            "when the folds disagree more than sampling noise explains; it stays in [0, 1])"
            if kinds == {"wilson"} else "Student's t over the folds" if kinds <= {"t"} else
@@ -146,9 +162,14 @@ def _cv(c: CardInput) -> list[str]:
 def _test(c: CardInput) -> list[str]:
     t = c.lineage.get("test") or {}
     if c.kind == "winner":
-        keys = ("accuracy", "balanced_accuracy", "precision_macro", "recall_macro",
-                "f1_macro", "loss")
+        keys = (*TASK_SCORES[_task(c)], "loss")
         rows = [[k, _f(t.get(k))] for k in keys if t.get(k) is not None]
+        res = t.get("residuals") or {}
+        if res:
+            rows.append(["residuals (prediction - target)",
+                         f"mean {_f(res.get('mean'), '.4g')}, std {_f(res.get('std'), '.4g')}"
+                         f", 90% within ±{_f(res.get('abs_p90'), '.4g')}, largest "
+                         f"{_f(res.get('max_abs'), '.4g')}"])
         rows.append(["rows", f"{t.get('rows', '-')} test rows; trained on "
                              f"{t.get('train_rows', '-')} rows (train + validation)"])
     else:
@@ -165,6 +186,8 @@ def _test(c: CardInput) -> list[str]:
 
 
 def _confusion(c: CardInput) -> list[str]:
+    if _task(c) == "regression":
+        return []  # no classes: the residuals are under the test scores
     if not c.confusion or not c.confusion.get("matrix"):
         return ["## Confusion matrix", "",
                 "Not computed for this model (see the parent's card); its test accuracy and "
@@ -230,8 +253,15 @@ def _lineage(c: CardInput) -> list[str]:
 def snippet(c: CardInput) -> str:
     """The Python loading snippet: every way this version can be loaded, run on one random
     batch; prints one line per way (``pytorch`` or, for an ONNX-only version,
-    ``registry``; ``torchscript``; ``onnx``) with the predicted classes, then checks they
-    agree (the same file or weights behind each)."""
+    ``registry``; ``torchscript``; ``onnx``) with the predicted classes (regression: the
+    predicted values, rounded to 3 significant digits), then checks they agree (the same
+    file or weights behind each)."""
+    regression = _task(c) == "regression"
+    # classes, or values rounded so that engines' last-bit differences do not count
+    take = (".reshape(-1).tolist()" if regression else ".argmax(1).tolist()")
+    agree = ("assert all(all(abs(a - b) <= 1e-3 * (1 + abs(b)) for a, b in zip(p, preds[{w!r}]))"
+             " for p in preds.values()), preds" if regression else
+             "assert all(p == preds[{w!r}] for p in preds.values()), preds")
     root, ref = c.registry.resolve(), f"{c.name}@{c.version}"
     folder = c.folder.resolve()
     way = "registry" if c.kind == "onnx-int8" else "pytorch"  # an ONNX-only version loads
@@ -245,22 +275,23 @@ def snippet(c: CardInput) -> str:
               if way == "pytorch" else "# the registry: an ONNX Runtime session behind a call"),
              f"model, version = Registry({str(root)!r}).load({ref!r})",
              "with torch.no_grad():",
-             f"    preds[{way!r}] = model(x).argmax(1).tolist()"]
+             f"    preds[{way!r}] = model(x){take}"]
     ts = "model.ts" if c.kind == "winner" else f"{c.export_name}.ts"
     if ts in c.files:
         lines += ["", "# TorchScript: needs torch only",
                   f"scripted = torch.jit.load({str(folder / ts)!r})",
                   "with torch.no_grad():",
-                  "    preds['torchscript'] = scripted(x).argmax(1).tolist()"]
+                  f"    preds['torchscript'] = scripted(x){take}"]
     onnx = "model.onnx" if c.kind == "winner" else f"{c.export_name}.onnx"
     if onnx in c.files:
         lines += ["", "# ONNX Runtime: needs onnxruntime and numpy only",
                   "import onnxruntime as ort", "",
                   f"session = ort.InferenceSession({str(folder / onnx)!r}, "
                   "providers=['CPUExecutionProvider'])",
-                  "preds['onnx'] = session.run(None, {'input': x.numpy()})[0].argmax(1).tolist()"]
+                  "preds['onnx'] = torch.from_numpy(session.run(None, {'input': x.numpy()})[0])"
+                  + take]
     lines += ["", "for way, p in preds.items():", "    print(way, p)"]
-    lines += [f"assert all(p == preds[{way!r}] for p in preds.values()), preds"]
+    lines += [agree.format(w=way)]
     return "\n".join(lines) + "\n"
 
 
@@ -280,7 +311,9 @@ def _load(c: CardInput) -> list[str]:
     return ["## How to load it", "", *notes,
             "PyTorch (`automl.registry.Registry(...).load`, weights-only), TorchScript "
             "(`torch.jit.load`, no automl needed) and ONNX Runtime (`onnxruntime`, input "
-            "`input` with a dynamic batch axis, output `logits`):", "",
+            "`input` with a dynamic batch axis, output `logits`: "
+            + ("one value per example in the target's units):" if _task(c) == "regression"
+               else "one score per class):"), "",
             "```python", snippet(c).rstrip(), "```", "", *missing,
             *([""] if missing else [])]
 

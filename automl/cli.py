@@ -135,6 +135,7 @@ def validate(spec: Path = typer.Argument(..., help="experiment spec (YAML)")) ->
     with _cli_errors(spec):
         exp = load_spec(spec)
         prepared = prepare(exp)  # what `search` refuses before Ray starts, refused here
+        exp = prepared.exp or exp  # the task decided by a table's target
     console.print(yaml.safe_dump(exp.to_dict(), sort_keys=False), markup=False, highlight=False)
     info = describe(exp)
     size = "continuous (infinitely many)" if math.isinf(info["size"]) else f"{info['size']:,.0f}"
@@ -151,6 +152,8 @@ def validate(spec: Path = typer.Argument(..., help="experiment spec (YAML)")) ->
     ):
         console.print(f"warning: sampler {exp.search.sampler} samples categorical parameters at "
                       "random (Optuna's independent sampler); tpe models them", style="yellow")
+    if line := prepared.task_line():
+        console.print(line, markup=False, highlight=False)
     console.print(prepared.line(), markup=False, highlight=False)
     console.print(f"{spec}: valid")
 

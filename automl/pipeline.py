@@ -29,6 +29,7 @@ from automl.search import Objectives, cv_candidates
 from automl.search._result import SearchResult
 from automl.selection._cv import CVResult
 from automl.spec import Experiment
+from automl.task import task_of
 
 #: the folder of a run directory that holds each finished stage's result
 STAGES = "stages"
@@ -228,6 +229,7 @@ def run_main_job(
         if line:
             console.print(line, highlight=False)
     prepared = prepared or prepare(exp, console)
+    exp = prepared.exp or exp  # the task decided (a table's target decides an unset one)
     dataset, splits, data_info = prepared.dataset, prepared.splits, prepared.info
     if resume:
         check_same_data(run_dir, data_info)
@@ -340,7 +342,8 @@ def run_main_job(
             publish=_while_up(publish, lock),
             eta_s=budget.compression_s(wc, comp_exp.compression) if wc else None,
             teacher_fit=held.get("teacher"), winner_ready=beside and beside.wait,
-            cv_accuracy=(winner.summary.get("accuracy") or {}).get("mean")) or {})
+            cv_accuracy=(winner.summary.get(task_of(exp.task).guard_metric) or {}).get(
+                "mean")) or {})
     finally:
         if beside is not None:  # the refit's result (or its error), Ray stopped after it
             refit = beside.result()
@@ -356,8 +359,9 @@ def run_main_job(
     console.print(
         f"winner trial {winner.trial_id} (search rank {winner.rank}): CV {cv.metric} "
         f"{s['mean']:.4f} ± {s['std']:.4f}; retrained on {test['train_rows']} rows, "
-        f"test accuracy={test['accuracy']:.4f}"
-        + (f", {cv.metric}={test[cv.metric]:.4f}" if cv.metric != "accuracy" else "")
+        f"test {_scores_text(test, exp.task)}"
+        + (f", {cv.metric}={test[cv.metric]:.4f}"
+           if cv.metric not in task_of(exp.task).headline else "")
         + "; trials " + ", ".join(f"{n} {state.replace('_', ' ')}" for state, n in
                                   summary["trials"].items() if state != "total")
         + f" of {summary['trials']['total']}; "
@@ -455,7 +459,7 @@ def _search(exp, prepared: Prepared, run_dir: Path, admission, console, sinks,
 
     X_tr, y_tr, X_val, y_val = prepared.search_data
     data = TrialData(X_tr, y_tr, X_val, y_val, tuple(X_tr.shape[1:]),
-                     prepared.dataset.num_classes, init=init_weights)
+                     prepared.dataset.output_size, init=init_weights)
     console.print(f"search {exp.search.num_samples} trials, sampler {exp.search.sampler}, "
                   f"scheduler {exp.scheduler.type}, {admission.max_concurrent} at a time, "
                   f"run dir {run_dir}")
@@ -545,8 +549,8 @@ def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path, console=
                                teacher=teacher and held is not None, alone=alone)
         if teacher and held is not None:
             held["teacher"] = final["teacher"]
-        bar.step(f"trial {winner.trial_id} on {len(splits.pool)} rows, "
-                 f"test accuracy {final['test']['accuracy']:.4f}")
+        bar.step(f"trial {winner.trial_id} on {len(splits.pool)} rows, test "
+                 f"{_scores_text(final['test'], exp.task)}")
     dst = run_dir / "best" / "model.pt"
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".model.pt.{os.getpid()}")
@@ -554,7 +558,8 @@ def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path, console=
     os.replace(tmp, dst)
     if final["preprocessor"] is not None:  # tabular data: the preprocessing the refit used
         save_preprocessor(final["preprocessor"], dst.with_name(PREPROCESSOR_FILE))
-    write_json(run_dir / "confusion_matrix.json", final["confusion_matrix"])
+    if final["confusion_matrix"] is not None:  # classification
+        write_json(run_dir / "confusion_matrix.json", final["confusion_matrix"])
     from automl.reproduce import write_record  # what `automl reproduce` retrains from
 
     write_record(run_dir, exp, splits, final, spec_sha256=spec_hash(exp),
@@ -572,9 +577,20 @@ def _refit(exp: Experiment, dataset, splits, cv, result, run_dir: Path, console=
             "checkpoint": str(dst),
             "trained_on": "train + validation rows",
         },
-        "test": {**final["test"], "model": "CV winner retrained on train + validation rows"},
-        "confusion_matrix": str(run_dir / "confusion_matrix.json"),
+        "test": {**final["test"], "model": "CV winner retrained on train + validation rows",
+                 **({"residuals": final["residuals"]} if final.get("residuals") else {})},
+        "confusion_matrix": (str(run_dir / "confusion_matrix.json")
+                             if final["confusion_matrix"] is not None else None),
     }
+
+
+def _scores_text(test: dict, task: str | None) -> str:
+    """``accuracy=0.9861`` or ``r2=0.4512, rmse=53.21, mae=43.02``: the task's headline
+    test scores (:attr:`automl.task.Task.headline`)."""
+    from automl.task import task_of
+
+    return ", ".join(f"{m}={test[m]:.4g}" if abs(test[m]) >= 10 else f"{m}={test[m]:.4f}"
+                     for m in task_of(task).headline if test.get(m) is not None)
 
 
 def search_sections(result: dict) -> dict:

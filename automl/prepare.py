@@ -32,15 +32,32 @@ class Prepared:
     splits: Any
     info: dict
     search_data: tuple
+    #: the experiment with its task decided (a table's target column decides an unset one)
+    exp: Experiment | None = None
 
     def line(self) -> str:
-        """The data line a run prints: rows, input shape, classes, what cleaning removed or
-        skipped, the split."""
+        """The data line a run prints: rows, input shape, classes (regression: the
+        target's range), what cleaning removed or skipped, the split."""
         info, data = self.info, self.dataset
-        counts = cut_list((f"{c}: {n}" for c, n in info["class_counts"].items()), keep=12)
+        if data.task == "regression":
+            t = info["target"]
+            what = (f"a regression target ({t['min']:.4g} to {t['max']:.4g}, mean "
+                    f"{t['mean']:.4g}, std {t['std']:.4g})")
+        else:
+            counts = cut_list((f"{c}: {n}" for c, n in info["class_counts"].items()), keep=12)
+            what = f"{data.num_classes} classes ({counts})"
         return (f"data   {data.name}: {data.n_rows} rows, input "
-                f"{tuple(info['model_input_shape'])}, {data.num_classes} classes ({counts}); "
+                f"{tuple(info['model_input_shape'])}, {what}; "
                 f"{cleaning_note(info['cleaning'])}; split {self.splits.sizes()}")
+
+    def task_line(self) -> str | None:
+        """One line when the target column chose the task (the spec did not say)."""
+        data = self.dataset
+        if not data.task_reason:
+            return None
+        other = "classification" if data.task == "regression" else "regression"
+        return (f"task   {data.task}: {data.task_reason} (set task: {other} in the spec to "
+                "change it)")
 
 
 def cleaning_note(cleaning: dict) -> str:
@@ -73,19 +90,22 @@ def prepare(exp: Experiment, console: Console | None = None) -> Prepared:
     from automl.data import fit_transform, load_dataset, split_dataset
     from automl.selection import make_folds
 
-    dataset = load_dataset(exp.data)
+    dataset = load_dataset(exp.data, exp.task)
+    exp = exp.with_task(dataset.task)  # a table's target decided an unset task
     check_kind(exp, dataset)
     splits = split_dataset(dataset, exp.data)  # MNIST-1D keeps the paper's own test split
     sel = exp.selection
     make_folds(dataset.y, splits.pool, sel.cv_folds, sel.cv_repeats, exp.data.seed,
-               allow_fewer=sel.allow_fewer_folds, classes=dataset.classes)
+               allow_fewer=sel.allow_fewer_folds, classes=dataset.classes, task=dataset.task)
     (X_tr, y_tr), (X_val, y_val), _ = fit_transform(
         dataset, splits.train, splits.val, splits.test, impute=exp.data.impute
     )
     info = {**dataset.describe(), "split": splits.sizes(),
             "model_input_shape": list(X_tr.shape[1:])}  # after one-hot encoding
-    prepared = Prepared(dataset, splits, info, (X_tr, y_tr, X_val, y_val))
+    prepared = Prepared(dataset, splits, info, (X_tr, y_tr, X_val, y_val), exp)
     if console is not None:
+        if line := prepared.task_line():
+            console.print(line, highlight=False, markup=False)
         console.print(prepared.line(), highlight=False)
     return prepared
 

@@ -35,6 +35,7 @@ from typing import Any
 from automl._io import write_json
 from automl.determinism import weights_sha256
 from automl.errors import DataError, RunError
+from automl.task import task_of
 
 RECORD = "reproducibility.json"
 RESULT = "reproduce.json"
@@ -67,16 +68,17 @@ def write_record(run_dir: str | Path, exp, splits, final: dict, *, spec_sha256: 
 @dataclass(frozen=True)
 class Reproduction:
     """The outcome of ``reproduce_run``: ``identical`` weights (bit for bit), else
-    ``max_abs_diff``; the retrained ``test_accuracy`` against the ``recorded`` one and the
-    CV standard error ``cv_se`` it must fall within; ``held``: ``weights identical``,
+    ``max_abs_diff``; the retrained ``test_score`` (``metric``: accuracy, or R² for
+    regression) against the ``recorded`` one and the CV standard error ``cv_se`` it must
+    fall within; ``held``: ``weights identical``,
     ``test score within the CV standard error`` or None (neither); ``differences``: what
     differs from the recorded environment."""
 
     run_dir: str
     identical: bool
     max_abs_diff: float | None
-    test_accuracy: float
-    recorded_accuracy: float | None
+    test_score: float
+    recorded_score: float | None
     cv_se: float | None
     held: str | None
     device: str
@@ -84,11 +86,12 @@ class Reproduction:
     differences: list[str]
     weights_sha256: str
     train_time_s: float
+    metric: str = "accuracy"
 
     def line(self) -> str:
         """The one line ``automl reproduce`` prints."""
-        rec = "-" if self.recorded_accuracy is None else f"{self.recorded_accuracy:.4f}"
-        test = f"test accuracy {self.test_accuracy:.4f} (recorded {rec})"
+        rec = "-" if self.recorded_score is None else f"{self.recorded_score:.4f}"
+        test = f"test {self.metric} {self.test_score:.4f} (recorded {rec})"
         where = f"{self.device}, {self.threads} thread(s)"
         if self.identical:
             return (f"reproduce {self.run_dir}: weights identical to best/model.pt (sha256 "
@@ -142,7 +145,7 @@ def reproduce_run(run_dir: str | Path, console=None) -> Reproduction:
                                 "from before reproducibility records cannot be reproduced)")
     record = json.loads((run_dir / RECORD).read_text())
     exp, summary = load_spec(run_dir / "spec.yaml"), read_summary(run_dir)
-    dataset = load_dataset(exp.data)
+    dataset = load_dataset(exp.data, exp.task)
     if dataset.checksum != record.get("data_sha256"):
         raise DataError(f"the data changed since the run (sha256 {dataset.checksum[:12]} vs "
                         f"{str(record.get('data_sha256'))[:12]} recorded)", where=dataset.name,
@@ -173,9 +176,10 @@ def reproduce_run(run_dir: str | Path, console=None) -> Reproduction:
     diff = None if identical or not same_keys else max(
         float((ref[k].double() - new[k].double()).abs().max()) if ref[k].numel() else 0.0
         for k in ref)
-    acc = out["scores"]["accuracy"]
-    recorded = (summary.get("test") or {}).get("accuracy")
-    cv = ((summary.get("winner") or {}).get("cv") or {}).get("accuracy") or {}
+    metric = task_of(exp.task).guard_metric  # accuracy, or R² for regression
+    acc = out["scores"][metric]
+    recorded = (summary.get("test") or {}).get(metric)
+    cv = ((summary.get("winner") or {}).get("cv") or {}).get(metric) or {}
     se = cv["std"] / math.sqrt(cv["n"]) if cv.get("std") is not None and cv.get("n") else None
     within = recorded is not None and se is not None and abs(acc - recorded) <= se + 1e-12
     held = "weights identical" if identical else (
@@ -184,8 +188,10 @@ def reproduce_run(run_dir: str | Path, console=None) -> Reproduction:
                           (None if identical else math.inf), acc, recorded, se, held,
                           "cuda" if on_gpu else "cpu", threads,
                           _differences(env, out["environment"]),
-                          weights_sha256(new), round(time.perf_counter() - t0, 3))
+                          weights_sha256(new), round(time.perf_counter() - t0, 3), metric)
     write_json(run_dir / RESULT, {**asdict(result), "line": result.line(),
+                                  # the names of runs before regression, for their readers
+                                  "test_accuracy": acc if metric == "accuracy" else None,
                                   "environment": out["environment"]})
     if held is None:
         raise RunError(result.line(), where=str(run_dir),

@@ -21,6 +21,7 @@ from optuna.distributions import (
 
 from automl.spec import (
     AUGMENT_IDENTITY,
+    TASK_LOSSES,
     CategoricalDomain,
     Experiment,
     FloatDomain,
@@ -28,7 +29,7 @@ from automl.spec import (
     values_of,
 )
 
-_TRAINING_KEYS = ("optimizer", "lr", "batch_size", "epochs", "weight_decay", "init")
+_TRAINING_KEYS = ("optimizer", "lr", "batch_size", "epochs", "weight_decay", "init", "loss")
 
 
 def _suggest(trial: Any, name: str, param: Any, constants: dict[str, Any]) -> Any:
@@ -100,6 +101,9 @@ class TrialConfig:
     lr_schedule: str = "cosine"
     label_smoothing: float = 0.0
     seed: int = 0
+    #: the learning task (``automl.task``) and its training loss (``training.loss``)
+    task: str = "classification"
+    loss: str = "cross_entropy"
     extra: dict[str, Any] = field(default_factory=dict)
     augment: dict[str, float] = field(default_factory=dict)
 
@@ -128,6 +132,8 @@ class TrialConfig:
             lr_schedule=exp.training.lr_schedule,
             label_smoothing=exp.training.label_smoothing,
             seed=seed,
+            task=exp.task or "classification",
+            loss=flat.get("training.loss") or _default_loss(exp),
             augment={k: float(flat[f"data.augment.{k}"]) for k in AUGMENT_IDENTITY
                      if f"data.augment.{k}" in flat},
         )
@@ -138,6 +144,13 @@ class TrialConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrialConfig:
         return cls(**d)
+
+
+def _default_loss(exp: Experiment) -> str:
+    """The loss of a flat config that does not name one (a study from before losses were
+    part of the space): the spec's fixed loss, else its task's default."""
+    fixed = exp.training.loss if isinstance(exp.training.loss, str) else None
+    return fixed or TASK_LOSSES[exp.task or "classification"][0]
 
 
 def describe(exp: Experiment) -> dict[str, Any]:

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from automl.models import build_model
 from automl.space import TrialConfig
+from automl.task import macro_f1  # noqa: F401 - its home was here
 
 CHECKPOINT_FORMAT = "automl.checkpoint/1"
 #: the file a trial's checkpoint directory holds (Tune and Train checkpoints alike)
@@ -215,15 +215,19 @@ def _autocast(shard: Shard):
 
 @torch.inference_mode()
 def predict(model: nn.Module, X: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-    """Logits ``(N, num_classes)`` for ``X`` ``(N, ...)``, in eval mode."""
+    """Outputs for ``X`` ``(N, ...)``, in eval mode: logits ``(N, num_classes)``, or
+    ``(N, 1)`` values for regression."""
     model.eval()
     return torch.cat([model(X[i : i + batch_size]) for i in range(0, len(X), batch_size)])
 
 
 def evaluate(
-    model: nn.Module, X: torch.Tensor, y: torch.Tensor, shard: Shard = Shard()
+    model: nn.Module, X: torch.Tensor, y: torch.Tensor, shard: Shard = Shard(),
+    task: str = "classification",
 ) -> dict[str, float]:
-    """Cross-entropy loss, accuracy and macro F1 (:func:`macro_f1`) of ``model`` on ``(X, y)``.
+    """The task's validation metrics of ``model`` on ``(X, y)``
+    (:meth:`automl.task.Task.epoch_metrics`): cross-entropy loss, accuracy and macro F1
+    (:func:`macro_f1`); for regression MSE loss, RMSE, MAE and R² in the target's units.
 
     With ``shard.world > 1`` each rank scores its own slice of the rows and the
     predictions are gathered (``torch.distributed.all_gather_object``), so every rank
@@ -242,34 +246,17 @@ def evaluate(
     else:
         logits = predict(model, X).float().cpu()
         y = y.cpu()
-    pred = logits.argmax(1)
-    return {
-        "loss": float(nn.functional.cross_entropy(logits, y)),
-        "accuracy": float((pred == y).float().mean()),
-        "f1": macro_f1(y, pred),
-    }
+    from automl.task import task_of
 
-
-def macro_f1(y: torch.Tensor, pred: torch.Tensor) -> float:
-    """Macro-averaged F1 of integer labels ``y`` and predictions ``pred`` (both ``(N,)``,
-    values >= 0): the mean over the labels present in either of ``2 tp / (2 tp + fp +
-    fn)``, as scikit-learn's ``f1_score(average="macro", zero_division=0)`` computes it
-    (0.0 for ``N == 0``). Here rather than scikit-learn's because it runs in every trial
-    worker: ``sklearn.metrics`` alone took 1.2 s of a trial worker's 3.9 s of imports
-    (``python -X importtime``, 2-core CPU machine)."""
-    if y.numel() == 0:
-        return 0.0
-    y, pred = y.long().reshape(-1), pred.long().reshape(-1)
-    n = max(int(y.max()), int(pred.max())) + 1
-    tp = torch.bincount(y[pred == y], minlength=n).double()
-    denom = torch.bincount(y, minlength=n).double() + torch.bincount(pred, minlength=n).double()
-    present = denom > 0
-    return float((2 * tp[present] / denom[present]).mean())
+    return task_of(task).epoch_metrics(logits, y)
 
 
 def to_tensors(X: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """Copy numpy arrays (possibly read-only, from Ray's object store) into tensors."""
-    return torch.tensor(np.asarray(X), dtype=torch.float32), torch.tensor(np.asarray(y), dtype=torch.long)
+    """Copy numpy arrays (possibly read-only, from Ray's object store) into tensors: X
+    float32; y int64 class indices, or float32 values (a regression target)."""
+    y = np.asarray(y)
+    dtype = torch.long if np.issubdtype(y.dtype, np.integer) else torch.float32
+    return torch.tensor(np.asarray(X), dtype=torch.float32), torch.tensor(y, dtype=dtype)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -286,7 +273,7 @@ class TrainState:
     schedule: Any
     cfg: TrialConfig
     input_shape: tuple[int, ...]
-    num_classes: int
+    num_classes: int  # the model's output width: classes, or 1 for regression
     epoch: int = 0
     first_loss: float | None = None  # loss of the very first batch (divergence guard)
 
@@ -295,11 +282,14 @@ class TrainState:
         cls, cfg: TrialConfig, input_shape, num_classes: int, n_train: int,
         wrap: Callable[[nn.Module], nn.Module] | None = None,
     ) -> TrainState:
-        """Build the model (seeded, so every rank starts from the same weights), let
-        ``wrap`` place it (device, DDP/FSDP), then build optimizer and schedule on the
-        wrapped parameters. ``n_train`` (rows) sets the schedule's steps per epoch."""
+        """Build the model with its task's head (seeded, so every rank starts from the
+        same weights), let ``wrap`` place it (device, DDP/FSDP), then build optimizer and
+        schedule on the wrapped parameters. ``n_train`` (rows) sets the schedule's steps
+        per epoch; ``num_classes`` is the output width (1 for regression)."""
+        from automl.task import task_of
+
         torch.manual_seed(cfg.seed)
-        model = build_model(cfg.arch, tuple(input_shape), num_classes, init=cfg.init)
+        model = task_of(cfg.task).build(cfg.arch, tuple(input_shape), num_classes, init=cfg.init)
         if wrap is not None:
             model = wrap(model)
         opt = make_optimizer(model, cfg)
@@ -372,9 +362,15 @@ def fit(
         TrialDiverged: the ``guard`` tripped (agreed across ranks, so all raise together).
     """
     from automl.data import make_augment
+    from automl.task import task_of
 
     cfg = state.cfg
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    task = task_of(cfg.task)
+    loss_fn = task.loss(cfg.loss, cfg.label_smoothing)
+    if hasattr(loss_fn, "bind"):
+        loss_fn = loss_fn.bind(state.model)
+    if state.epoch == 0:  # a fresh model: its head fitted to the training targets
+        task.fit_head(state.model, train[1])
     augment = make_augment(cfg.augment, tuple(train[0].shape[1:])) if cfg.augment else None
     # GradScaler takes a device *type* ("cuda"), not "cuda:0" as a DDP rank's device reads
     scaler = (torch.amp.GradScaler(torch.device(shard.device).type)
@@ -394,7 +390,7 @@ def fit(
                    "train_time_s": time.perf_counter() - t0}
         if val is not None:
             t1 = time.perf_counter()
-            scores = evaluate(state.model, *val, shard=shard)
+            scores = evaluate(state.model, *val, shard=shard, task=cfg.task)
             metrics.update({f"val_{k}": v for k, v in scores.items()})
             metrics["eval_time_s"] = time.perf_counter() - t1
         state.epoch = epoch + 1
@@ -418,8 +414,10 @@ def load_checkpoint(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: not an automl checkpoint (format {CHECKPOINT_FORMAT})")
+    from automl.task import task_of
+
     cfg = TrialConfig.from_dict(ckpt["config"])
-    model = build_model(cfg.arch, tuple(ckpt["input_shape"]), ckpt["num_classes"], init="default")
+    model = task_of(cfg.task).build(cfg.arch, tuple(ckpt["input_shape"]), ckpt["num_classes"])
     model.load_state_dict(ckpt["model"])
     model.eval()
     return model, ckpt

@@ -179,7 +179,8 @@ def test_automl_reproduce_retrains_identical_weights(sweep):
     assert saved["identical"] and saved["held"] == "weights identical"
     best = torch.load(run_dir / "best" / "model.pt", weights_only=True)["model"]
     assert saved["weights_sha256"] == weights_sha256(best)
-    assert saved["test_accuracy"] == pytest.approx(summary["test"]["accuracy"])
+    assert saved["test_score"] == pytest.approx(summary["test"]["accuracy"])
+    assert saved["metric"] == "accuracy"
 
 
 def _copy_run(run_dir, dst):

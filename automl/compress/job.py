@@ -207,6 +207,12 @@ def compress_step(exp, dataset, splits, run_dir: str | Path, *, cv_accuracy: flo
     "failed", "error"}`` instead of raised: the search and selection results stand."""
     if not exp.compression.enabled:
         return None
+    if exp.task == "regression":
+        why = ("the chain's guard and measurements score classes (accuracy, argmax "
+               "agreement); a regression winner is exported as it is (TorchScript and ONNX, "
+               "parity checked on its outputs, when it is registered)")
+        console.print(f"compress skipped: {why}", highlight=False)
+        return {"status": "skipped", "reason": why}
     try:
         return compress_winner(exp, dataset, splits, run_dir, cv_accuracy=cv_accuracy,
                                console=console, publish=publish, eta_s=eta_s,
@@ -218,9 +224,10 @@ def compress_step(exp, dataset, splits, run_dir: str | Path, *, cv_accuracy: flo
 
 
 def _rebuild(arch: dict, checkpoint: dict) -> torch.nn.Module:
-    from automl.models import build_model
+    from automl.task import task_of
 
-    model = build_model(arch, tuple(checkpoint["input_shape"]), checkpoint["num_classes"])
+    task = task_of((checkpoint.get("config") or {}).get("task"))
+    model = task.build(arch, tuple(checkpoint["input_shape"]), checkpoint["num_classes"])
     model.load_state_dict(checkpoint["model"])
     return model.eval()
 
@@ -385,7 +392,7 @@ def compress_run(run_dir: str | Path, spec: str | Path | None = None,
         raise SpecError("compression.stages: compression is disabled or lists no stage",
                         where=where, fix="pass --spec with a compression section")
     summary = read_summary(run_dir)
-    dataset = load_dataset(exp.data)
+    dataset = load_dataset(exp.data, exp.task)
     recorded = (summary.get("data") or {}).get("sha256")
     if recorded and recorded != dataset.checksum:
         raise DataError(f"the data changed since the run (sha256 {dataset.checksum[:12]} vs "

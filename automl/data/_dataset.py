@@ -22,8 +22,9 @@ class Dataset:
         X: images: float32 ``(N, C, H, W)`` scaled to [0, 1]; 1D signals: float32
             ``(N, C, L)`` as loaded (standardised later, per channel, on training rows
             only); None for tabular data.
-        y: int64 ``(N,)`` class indices in ``[0, num_classes)``.
-        classes: class names, indexed by ``y``.
+        y: classification: int64 ``(N,)`` class indices in ``[0, num_classes)``;
+            regression: float32 ``(N,)`` target values.
+        classes: class names, indexed by ``y`` (empty for regression).
         kind: ``"image"``, ``"tabular"`` or ``"signal"``.
         frame: tabular only: the raw features, ``N`` rows, numeric (float) and
             categorical (object: str or NaN) columns, missing values kept; scaled,
@@ -35,6 +36,8 @@ class Dataset:
             columns dropped as identifiers (``id_columns``: column -> distinct values).
         test_mask: bool ``(N,)``, True for the rows of the source's own test split
             (MNIST-1D's); None when the split is drawn (``automl.data.split_dataset``).
+        task: ``classification`` or ``regression`` (:mod:`automl.task`).
+        task_reason: why, when a table's target column decided it (a few words).
     """
 
     name: str
@@ -45,6 +48,8 @@ class Dataset:
     frame: pd.DataFrame | None = None
     cleaning: dict[str, Any] = field(default_factory=dict)
     test_mask: np.ndarray | None = None
+    task: str = "classification"
+    task_reason: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind == "tabular" and self.frame is None:
@@ -77,7 +82,15 @@ class Dataset:
 
     @property
     def num_classes(self) -> int:
+        """Classes (0 for regression)."""
         return len(self.classes)
+
+    @property
+    def output_size(self) -> int:
+        """The model's output width: the classes, or 1 for regression."""
+        from automl.task import task_of
+
+        return task_of(self.task).output_size(self.num_classes)
 
     @property
     def categorical_columns(self) -> list[str]:
@@ -115,16 +128,26 @@ class Dataset:
                        cleaning={**self.cleaning, **cleaning})
 
     def describe(self) -> dict:
-        """Shapes, classes, per-class counts, feature columns and cleaning (JSON-serialisable)."""
-        counts = np.bincount(self.y, minlength=self.num_classes)
+        """Task, shapes, classes and per-class counts (regression: the target's range,
+        mean and standard deviation), feature columns and cleaning (JSON-serialisable)."""
         out = {
             "name": self.name,
             "kind": self.kind,
+            "task": self.task,
             "rows": self.n_rows,
             "input_shape": list(self.input_shape),
             "classes": list(self.classes),
-            "class_counts": {c: int(n) for c, n in zip(self.classes, counts, strict=True)},
         }
+        if self.task_reason:
+            out["task_reason"] = self.task_reason
+        if self.task == "regression":
+            y = self.y.astype(np.float64)
+            out["class_counts"] = {}
+            out["target"] = {"min": float(y.min()), "max": float(y.max()),
+                             "mean": float(y.mean()), "std": float(y.std())}
+        else:
+            counts = np.bincount(self.y, minlength=self.num_classes)
+            out["class_counts"] = {c: int(n) for c, n in zip(self.classes, counts, strict=True)}
         if self.frame is not None:
             out["features"] = {"numeric": self.numeric_columns,
                                "categorical": self.categorical_columns,

@@ -32,8 +32,9 @@ def data_path(spec) -> Path:
     return path
 
 
-def load_file(spec) -> Dataset:
-    """Read ``spec.path`` as ``spec.source`` (``csv``, ``parquet``, ``npz``, ``image_folder``).
+def load_file(spec, task: str | None = None) -> Dataset:
+    """Read ``spec.path`` as ``spec.source`` (``csv``, ``parquet``, ``npz``, ``image_folder``)
+    for ``task`` (None: a table's or npz's target type decides; an image folder's classes).
 
     Raises:
         DataError: the path is missing, unreadable or malformed.
@@ -44,8 +45,48 @@ def load_file(spec) -> Dataset:
     if path.is_dir():
         raise DataError(f"is a folder, not a {spec.source} file", where=str(path))
     if spec.source == "npz":
-        return load_npz(path, spec.target or "y", getattr(spec, "kind", None))
-    return load_table(path, spec.target, spec.source)
+        return load_npz(path, spec.target or "y", getattr(spec, "kind", None), task)
+    return load_table(path, spec.target, spec.source, task)
+
+
+def encode_target(values, task: str | None, where: str, name: str
+                  ) -> tuple[np.ndarray, tuple[str, ...], str, str | None]:
+    """A target column (missing values already dropped) as ``(y, classes, task, reason)``:
+    class indices and names, or float32 values and no classes for regression. With ``task``
+    None the column's type decides (:func:`automl.task.infer_task`; ``reason`` says why).
+
+    Raises:
+        DataError: one class only; a regression target that holds text, values that are
+            not finite, or a single value.
+    """
+    from automl.task import infer_task
+
+    reason = None
+    if task is None:
+        task, reason = infer_task(values)
+        reason = f"target '{name}' {reason}"
+    if task == "classification":
+        y, classes = _encode_labels(values)
+        if len(classes) < 2:
+            raise DataError(f"target '{name}' has one class ({classes[0]!r}); classification "
+                            "needs at least 2", where=where)
+        return y, classes, task, reason
+    raw = pd.Series(np.asarray(values, dtype=object) if not isinstance(values, pd.Series)
+                    else values)
+    num = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    text = np.isnan(num) & raw.notna().to_numpy()
+    if text.any():
+        shown = cut_list(repr(v) for v in pd.unique(raw[text]))
+        raise DataError(f"regression target '{name}' holds {int(text.sum())} values that are "
+                        f"not numbers ({shown})", where=where,
+                        fix="fix those values, or set task: classification for class labels")
+    if not np.isfinite(num).all():
+        raise DataError(f"regression target '{name}' holds {int((~np.isfinite(num)).sum())} "
+                        "infinite values", where=where, fix="fix or drop those rows")
+    if np.ptp(num) == 0:
+        raise DataError(f"regression target '{name}' has one value ({num[0]:g}) in every row",
+                        where=where, fix="a target to learn must vary")
+    return num.astype(np.float32), (), task, reason
 
 
 # --------------------------------------------------------------------------- tables
@@ -94,8 +135,9 @@ def _features(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out).reset_index(drop=True)
 
 
-def load_table(path: Path, target: str, fmt: str = "csv") -> Dataset:
-    """A CSV (UTF-8, header row) or Parquet table; ``target`` is the label column, every
+def load_table(path: Path, target: str, fmt: str = "csv", task: str | None = None) -> Dataset:
+    """A CSV (UTF-8, header row) or Parquet table for ``task`` (None: the target column's
+    type decides, :func:`encode_target`); ``target`` is the label column, every
     other column a feature (numeric, or categorical when not numeric). Rows whose
     target is missing are dropped and counted in ``cleaning["missing_target_rows"]``;
     text columns that look like identifiers (:func:`id_columns`) are dropped and named
@@ -122,10 +164,7 @@ def load_table(path: Path, target: str, fmt: str = "csv") -> Dataset:
     df = df.loc[~missing]
     if len(df) == 0:
         raise DataError(f"every row's target '{target}' is missing", where=where)
-    y, classes = _encode_labels(df[target])
-    if len(classes) < 2:
-        raise DataError(f"target '{target}' has one class ({classes[0]!r}); classification "
-                        "needs at least 2", where=where)
+    y, classes, task, reason = encode_target(df[target], task, where, target)
     frame = _features(df.drop(columns=[target]))
     cleaning: dict = {"missing_target_rows": int(missing.sum())}
     ids = id_columns(frame)
@@ -136,7 +175,8 @@ def load_table(path: Path, target: str, fmt: str = "csv") -> Dataset:
                             "from", where=where, fix="add feature columns")
         frame = frame.drop(columns=list(ids))
         cleaning["id_columns"] = ids
-    return Dataset(where, None, y, classes, "tabular", frame=frame, cleaning=cleaning)
+    return Dataset(where, None, y, classes, "tabular", frame=frame, cleaning=cleaning,
+                   task=task, task_reason=reason)
 
 
 #: a text column with more distinct values than this, and than ID_FRACTION of the rows, is
@@ -161,7 +201,8 @@ def id_columns(frame: pd.DataFrame) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------- npz
-def load_npz(path: Path, target: str = "y", kind: str | None = None) -> Dataset:
+def load_npz(path: Path, target: str = "y", kind: str | None = None,
+             task: str | None = None) -> Dataset:
     """Arrays ``X`` and ``target`` (default ``y``) from an ``.npz`` archive (no pickles).
 
     ``kind`` (``data.kind``) says how ``X`` is read. ``signal``: ``(N, L)`` (one channel)
@@ -204,8 +245,8 @@ def load_npz(path: Path, target: str = "y", kind: str | None = None) -> Dataset:
     X, labels = X[keep], labels[keep]
     if len(labels) == 0:
         raise DataError("has no labelled rows", where=where)
-    y, classes = _encode_labels(labels)
-    if "classes" in arrays and labels.dtype.kind in "iu":
+    y, classes, task, reason = encode_target(labels, task, where, target)
+    if "classes" in arrays and labels.dtype.kind in "iu" and task == "classification":
         names = [str(c) for c in arrays["classes"]]
         if labels.min() < 0 or labels.max() >= len(names):
             raise DataError(f"labels run {labels.min()}..{labels.max()} but 'classes' names "
@@ -222,7 +263,8 @@ def load_npz(path: Path, target: str = "y", kind: str | None = None) -> Dataset:
         if not np.isfinite(signals).all():
             raise DataError(f"X holds {int((~np.isfinite(signals)).sum())} values that are not "
                             "finite (NaN or inf)", where=where, fix="fill or drop them")
-        return Dataset(where, signals, y, classes, "signal", cleaning=cleaning)
+        return Dataset(where, signals, y, classes, "signal", cleaning=cleaning, task=task,
+                       task_reason=reason)
     if kind == "tabular" and X.ndim != 2:
         raise DataError(f"X must be (N, F) for data.kind: tabular; got shape {X.shape}",
                         where=where)
@@ -234,7 +276,8 @@ def load_npz(path: Path, target: str = "y", kind: str | None = None) -> Dataset:
         cols = ([str(c) for c in names] if names is not None
                 else [f"x{i}" for i in range(X.shape[1])])
         frame = pd.DataFrame(X.astype(np.float64), columns=cols)
-        return Dataset(where, None, y, classes, "tabular", frame=frame, cleaning=cleaning)
+        return Dataset(where, None, y, classes, "tabular", frame=frame, cleaning=cleaning,
+                       task=task, task_reason=reason)
     if X.ndim not in (3, 4):
         raise DataError(f"X must be (N, F), (N, H, W) or (N, C, H, W); got shape {X.shape}",
                         where=where, fix="for 1D signals (N, C, L) set data.kind: signal")
@@ -248,7 +291,8 @@ def load_npz(path: Path, target: str = "y", kind: str | None = None) -> Dataset:
                         f"{int((~np.isfinite(images)).sum())} not finite)", where=where,
                         fix="scale images to [0, 1], or set data.kind: signal if X holds "
                             "1D signals (N, C, L)")
-    return Dataset(where, images, y, classes, "image", cleaning=cleaning)
+    return Dataset(where, images, y, classes, "image", cleaning=cleaning, task=task,
+                   task_reason=reason)
 
 
 # --------------------------------------------------------------------------- images

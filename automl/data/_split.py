@@ -30,9 +30,12 @@ class Splits:
 
 
 def split_indices(
-    y: np.ndarray, test_size: float, val_size: float, seed: int, classes=None
+    y: np.ndarray, test_size: float, val_size: float, seed: int, classes=None,
+    task: str = "classification",
 ) -> Splits:
-    """Stratified split of ``range(len(y))`` into train, validation and test.
+    """Stratified split of ``range(len(y))`` into train, validation and test: on the class,
+    or for regression on quantile bins of the target (:meth:`automl.task.Task.stratify`;
+    unstratified when the target is too small to bin).
 
     ``test_size`` and ``val_size`` are fractions of all rows. The same ``y`` and
     ``seed`` always give the same split, so the test rows stay held out across runs.
@@ -40,14 +43,29 @@ def split_indices(
     Raises:
         DataError: a class has too few rows to appear in every split (names the class).
     """
-    idx = np.arange(len(y))
+    from automl.task import task_of
+
+    strata = task_of(task).stratify(y, n_splits=4)
     try:
-        rest, test = train_test_split(idx, test_size=test_size, stratify=y, random_state=seed)
-        val_frac = val_size / (1.0 - test_size)
-        train, val = train_test_split(rest, test_size=val_frac, stratify=y[rest],
-                                      random_state=seed)
+        return _split(len(y), strata, test_size, val_size, seed)
     except ValueError as e:
-        raise _split_error(y, classes, e) from None
+        if task == "classification":
+            raise _split_error(y, classes, e) from None
+        return _split(len(y), None, test_size, val_size, seed)  # too few rows per bin
+
+
+def _split(n: int, strata: np.ndarray | None, test_size: float, val_size: float,
+           seed: int) -> Splits:
+    """Train / validation / test of ``range(n)``, stratified on ``strata`` (or not).
+
+    Raises:
+        ValueError: scikit-learn's, when a stratum is too small to split.
+    """
+    idx = np.arange(n)
+    rest, test = train_test_split(idx, test_size=test_size, stratify=strata, random_state=seed)
+    train, val = train_test_split(rest, test_size=val_size / (1.0 - test_size),
+                                  stratify=None if strata is None else strata[rest],
+                                  random_state=seed)
     return Splits(np.sort(train), np.sort(val), np.sort(test))
 
 
@@ -72,7 +90,7 @@ def _split_error(y: np.ndarray, classes, error: ValueError) -> DataError:
         what += f": class '{names[small]}' has {counts[small]} rows ({reason})"
     if len(present) > max(20, len(y) // 4):  # hundreds of classes: a continuous target
         fix += (f"; a target with {len(present)} distinct values in {len(y)} rows looks like "
-                "a regression target, but automl trains classifiers: bin it into classes")
+                "a regression target: set task: regression")
     return DataError(what, where="data", fix=fix)
 
 
@@ -90,7 +108,7 @@ def split_dataset(data, spec) -> Splits:
     """
     if data.test_mask is None:
         return split_indices(data.y, spec.test_size, spec.val_size, spec.seed,
-                             classes=data.classes)
+                             classes=data.classes, task=data.task)
     test = np.flatnonzero(data.test_mask)
     rest = np.flatnonzero(~data.test_mask)
     n_val = int(round(spec.val_size * len(data.y)))
@@ -98,8 +116,11 @@ def split_dataset(data, spec) -> Splits:
         raise DataError(f"data.val_size {spec.val_size} asks for {n_val} validation rows of "
                         f"the {len(rest)} outside the source's test split", where="data",
                         fix="choose a data.val_size that leaves training rows")
+    from automl.task import task_of
+
+    strata = task_of(data.task).stratify(data.y[rest], n_splits=2)
     try:
-        train, val = train_test_split(rest, test_size=n_val, stratify=data.y[rest],
+        train, val = train_test_split(rest, test_size=n_val, stratify=strata,
                                       random_state=spec.seed)
     except ValueError as e:
         raise DataError(f"cannot split the {len(rest)} rows outside the test split into "

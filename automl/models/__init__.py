@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from automl.models.head import TargetScale
 from automl.models.init import INITS, init_weights
 from automl.models.mlp import MLP
 from automl.models.resnet import ResNet
@@ -33,6 +34,7 @@ __all__ = [
     "MODEL_CLASSES",
     "SIGNAL_FAMILIES",
     "TCN",
+    "TargetScale",
     "VGG",
     "ResNet",
     "ResNet1d",

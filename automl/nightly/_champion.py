@@ -134,7 +134,8 @@ def challenge(exp: Experiment, dataset, splits, cv, data_info: dict, registry_ro
 
     sel = exp.selection
     plan = make_folds(dataset.y, splits.pool, sel.cv_folds, sel.cv_repeats, exp.data.seed,
-                      allow_fewer=sel.allow_fewer_folds, classes=dataset.classes)
+                      allow_fewer=sel.allow_fewer_folds, classes=dataset.classes,
+                      task=dataset.task)
     signature = fold_signature(data_info["sha256"], plan.folds)
     winner = cv.winner_candidate
     mine = [f["scores"][cv.metric] for f in winner.folds]

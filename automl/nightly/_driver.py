@@ -46,6 +46,7 @@ def run_job(exp: Experiment, run_dir: Path, *, console: Console | None = None,
     t0 = time.perf_counter()
     n = exp.nightly
     prepared = pipeline.prepare(exp, console)
+    exp = prepared.exp or exp  # the task decided
     registry_root = registry_dir(exp, run_dir)
     stages = pipeline.Stages(run_dir, True, console)
     saved = stages.saved(STAGE)

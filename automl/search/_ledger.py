@@ -41,7 +41,8 @@ from automl.spec import COST_METRICS
 log = logging.getLogger(__name__)
 
 #: the per-epoch keys a report row keeps
-ROW_KEYS = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1", "train_time_s",
+ROW_KEYS = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1", "val_rmse", "val_mae",
+            "val_r2", "train_time_s",
             "eval_time_s", "setup_s", "restored_from_epoch", "world_size", "worker_nodes",
             *COST_METRICS)
 STATES = (COMPLETED, STOPPED, FAILED, DIVERGED)

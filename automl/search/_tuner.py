@@ -54,7 +54,8 @@ STUDY_DB = "study.db"
 # not write (its ledger records results): quiet the warning that they are missing.
 logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 #: the per-epoch metrics a trial record keeps as its last ``metrics``
-KEPT = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1", *COST_METRICS)
+KEPT = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1", "val_rmse", "val_mae",
+        "val_r2", *COST_METRICS)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from automl.selection._front import choose_on_front
 from automl.selection._schedule import AllOf, FoldSchedule
 from automl.selection._scores import choose_winner, summarize_folds
 from automl.selection._tasks import fit_predict, warm_up, with_scores
-from automl.spec import Experiment
+from automl.spec import CV_MIN_METRICS, Experiment
 
 #: seconds one wait for fold trainings lasts at most before the interrupt flag is checked
 WAIT_STEP_S = 1.0
@@ -169,7 +169,7 @@ def _fits_on_a_node(cpus: float) -> bool:
 
 def _run_tasks(data_ref, schedule, job_of, *, labels: np.ndarray, num_classes: int,
                resources, limit: int, deadline: float, impute, keep_model: bool = False,
-               on_done=None, cpus: float | None = None) -> dict:
+               on_done=None, cpus: float | None = None, task: str = "classification") -> dict:
     """Run ``fit_predict`` as Ray tasks, at most ``limit`` at once, in the order
     ``schedule`` (a :class:`~automl.selection._schedule.FoldSchedule` or ``AllOf``) gives,
     all finished by ``deadline`` (``time.monotonic``), and score each result here
@@ -223,7 +223,7 @@ def _run_tasks(data_ref, schedule, job_of, *, labels: np.ndarray, num_classes: i
                     raise RunError(f"training trial {key[0]} on fold {key[1]} failed: {last}",
                                    where="selection") from None
                 result = with_scores(result, labels[job_of(key)[2]], num_classes,
-                                     keep_pred=keep_model)
+                                     keep_pred=keep_model, task=task)
                 for k, r in schedule.record(key, result):
                     if on_done is not None:
                         on_done(k, r)
@@ -282,7 +282,8 @@ def cross_validate(
 
     sel = exp.selection
     plan = make_folds(data.y, pool, sel.cv_folds, sel.cv_repeats, exp.data.seed,
-                      allow_fewer=sel.allow_fewer_folds, classes=data.classes)
+                      allow_fewer=sel.allow_fewer_folds, classes=data.classes,
+                      task=data.task)
     for w in plan.warnings:
         if console is not None:
             console.print(f"warning: {w}", style="yellow")
@@ -317,8 +318,9 @@ def cross_validate(
                  f"{result['scores'][sel.metric]:.4f}", work=epochs[key[0]])
 
     halve = sel.fold_halving and not exp.search.multi_objective
+    sign = -1 if sel.metric in CV_MIN_METRICS else 1  # rmse, mae: smaller is better
     schedule = FoldSchedule(list(configs), n, halve=halve, margin=sel.halving_margin,
-                            epochs=epochs, metric=sel.metric, done=results)
+                            epochs=epochs, metric=sel.metric, done=results, sign=sign)
     decided, logged = [schedule.survivors is not None], set()
 
     def on_done(key, result) -> None:
@@ -334,7 +336,8 @@ def cross_validate(
         results = _run_tasks(data_ref, schedule, lambda k: (configs[k[0]], *plan.folds[k[1]]),
                              labels=data.y, num_classes=data.num_classes,
                              resources=exp.resources, limit=admission.max_concurrent,
-                             deadline=deadline, impute=exp.data.impute, on_done=on_done)
+                             deadline=deadline, impute=exp.data.impute, on_done=on_done,
+                             task=data.task)
     finally:
         bar.close()
     halving = None
@@ -342,7 +345,8 @@ def cross_validate(
         score1 = {c: schedule.score1(c) for c in configs}
         kept = set(schedule.survivors)
         halving = {"margin": sel.halving_margin,
-                   "fold1_leader": schedule.leader or max(configs, key=score1.get),
+                   "fold1_leader": schedule.leader or max(configs,
+                                                          key=lambda c: sign * score1[c]),
                    "fold1_scores": score1,
                    "dropped": [c.trial_id for c in candidates if c.trial_id not in kept],
                    "speculative_discarded": schedule.wasted}
@@ -360,7 +364,7 @@ def cross_validate(
         rows.append(dict(trial_id=c.trial_id, rank=rank, config=c.config, params=c.params,
                          search_score=search_score,
                          n_params=results[(c.trial_id, 0)]["n_params"], folds=folds,
-                         summary=summarize_folds(folds)))
+                         summary=summarize_folds(folds, data.task)))
     eligible = [{"trial_id": r["trial_id"], "mean": r["summary"][sel.metric]["mean"],
                  "n_params": r["n_params"], "rank": r["rank"]}
                 for r in rows if len(r["folds"]) == n]
@@ -370,7 +374,7 @@ def cross_validate(
             exp, rows, {c.trial_id: c.metrics for c in candidates},
             {e["trial_id"] for e in eligible})
     else:
-        winner, reason = choose_winner(eligible, sel.tie_tolerance)
+        winner, reason = choose_winner(eligible, sel.tie_tolerance, sign=sign)
         reason = f"{sel.metric}: {reason}"
     done = {e["trial_id"] for e in eligible}
     table = [CandidateCV(**r, status="winner" if r["trial_id"] == winner
@@ -469,13 +473,21 @@ def refit_and_test(
                       limit=min(len(rows), admission.max_concurrent),
                       deadline=time.monotonic() + exp.selection.timeout_s,
                       impute=exp.data.impute, keep_model=True,
-                      cpus=2 * exp.resources.cpus_per_worker if wide else None)
+                      cpus=2 * exp.resources.cpus_per_worker if wide else None, task=data.task)
     out = done[("refit", "all")]
-    y_true = data.y[splits.test]
-    matrix = confusion_matrix(y_true, out["y_pred"], labels=list(range(data.num_classes)))
-    test = {**out["scores"], "f1": out["scores"]["f1_macro"], "loss": out["loss"],
-            "rows": out["n_eval"], "train_rows": out["n_train"],
-            "train_time_s": out["train_time_s"]}
+    test = {**out["scores"], "loss": out["loss"], "rows": out["n_eval"],
+            "train_rows": out["n_train"], "train_time_s": out["train_time_s"]}
+    if data.task != "classification":  # no classes: the residuals' summary instead
+        err = np.asarray(out["y_pred"], dtype=float) - data.y[splits.test].astype(float)
+        return {"checkpoint": out["checkpoint"], "preprocessor": out["preprocessor"],
+                "test": test, "environment": out["environment"],
+                "teacher": done.get(("teacher", "train")), "confusion_matrix": None,
+                "residuals": {"mean": float(err.mean()), "std": float(err.std()),
+                              "abs_p90": float(np.quantile(np.abs(err), 0.9)),
+                              "max_abs": float(np.abs(err).max())}}
+    matrix = confusion_matrix(data.y[splits.test], out["y_pred"],
+                              labels=list(range(data.num_classes)))
+    test["f1"] = out["scores"]["f1_macro"]
     return {"checkpoint": out["checkpoint"], "preprocessor": out["preprocessor"], "test": test,
             "environment": out["environment"], "teacher": done.get(("teacher", "train")),
             "confusion_matrix": {"classes": list(data.classes), "rows": "true class",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.model_selection import RepeatedStratifiedKFold
+from sklearn.model_selection import RepeatedKFold, RepeatedStratifiedKFold
 
 from automl.errors import DataError
 
@@ -44,11 +44,14 @@ def make_folds(
     *,
     allow_fewer: bool = False,
     classes: tuple[str, ...] | None = None,
+    task: str = "classification",
 ) -> FoldPlan:
     """Stratified k-fold (repeated ``n_repeats`` times) over the rows ``pool`` of ``y``.
 
-    Every fold's validation part holds each class, so each class needs at least
-    ``n_folds`` rows in ``pool``.
+    Classification: every fold's validation part holds each class, so each class needs at
+    least ``n_folds`` rows in ``pool``. Regression: stratified on quantile bins of the
+    target (:meth:`automl.task.Task.stratify`), plain shuffled k-fold when it cannot be
+    binned so that each bin holds ``n_folds`` rows.
 
     Raises:
         DataError: a class has fewer rows than ``n_folds`` (names the class and its
@@ -56,6 +59,22 @@ def make_folds(
             rows with a warning; even then every class needs at least 2 rows.
     """
     pool = np.asarray(pool)
+    if task != "classification":
+        from automl.task import task_of
+
+        if len(pool) < 2 * n_folds:
+            raise DataError(f"{len(pool)} training rows cannot make {n_folds} "
+                            "cross-validation folds", where="selection.cv_folds",
+                            fix="lower selection.cv_folds or add rows")
+        strata = task_of(task).stratify(y[pool], n_splits=n_folds)
+        if strata is None:
+            splitter = RepeatedKFold(n_splits=n_folds, n_repeats=n_repeats, random_state=seed)
+            folds = tuple((pool[tr], pool[va]) for tr, va in splitter.split(pool))
+        else:
+            splitter = RepeatedStratifiedKFold(n_splits=n_folds, n_repeats=n_repeats,
+                                               random_state=seed)
+            folds = tuple((pool[tr], pool[va]) for tr, va in splitter.split(pool, strata))
+        return FoldPlan(folds, n_folds, n_repeats, seed)
     counts = np.bincount(y[pool], minlength=len(classes) if classes else 0)
     present = np.flatnonzero(counts)
     small = int(present[np.argmin(counts[present])])

@@ -72,13 +72,13 @@ class FoldSchedule:
 
     def __init__(self, candidates: Sequence[str], n_folds: int, *, halve: bool,
                  margin: float, epochs: Mapping[str, int], metric: str,
-                 done: Mapping[Key, dict] | None = None):
+                 done: Mapping[Key, dict] | None = None, sign: int = 1):
         self.order = list(candidates)
         self.n = int(n_folds)
         self.halve = bool(halve) and self.n > 1 and len(self.order) > 1
         self.margin = float(margin)
         self.epochs = {c: max(1, int(epochs.get(c, 1))) for c in self.order}
-        self.metric = metric
+        self.metric, self.sign = metric, sign
         self.results: dict[Key, dict] = dict(done or {})
         self.held: dict[Key, dict] = {}
         self.survivors: list[str] | None = None if self.halve else list(self.order)
@@ -91,6 +91,10 @@ class FoldSchedule:
     def score1(self, c: str) -> float:
         return float(self.results[(c, 0)]["scores"][self.metric])
 
+    def _key(self, c: str) -> float:
+        """The fold-1 score, larger better (``sign`` -1: a score where smaller is)."""
+        return self.sign * self.score1(c)
+
     def _fold1_in(self) -> bool:
         return all((c, 0) in self.results for c in self.order)
 
@@ -99,9 +103,9 @@ class FoldSchedule:
         known = [c for c in self.order if (c, 0) in self.results]
         if not known:
             return []
-        best = max(self.score1(c) for c in known)
-        near = [c for c in known if self.score1(c) >= best - self.margin - 1e-12]
-        return sorted(near, key=lambda c: -self.score1(c))
+        best = max(self._key(c) for c in known)
+        near = [c for c in known if self._key(c) >= best - self.margin - 1e-12]
+        return sorted(near, key=lambda c: -self._key(c))
 
     def seconds(self, c: str) -> float:
         """The estimated length of one of ``c``'s fold trainings (seconds when any fold
@@ -163,9 +167,9 @@ class FoldSchedule:
         self.wasted += 1
 
     def _decide(self) -> list[tuple[Key, dict]]:
-        self.leader = max(self.order, key=lambda c: (self.score1(c), -self.order.index(c)))
-        top = self.score1(self.leader)
-        self.survivors = [c for c in self.order if self.score1(c) >= top - self.margin - 1e-12]
+        self.leader = max(self.order, key=lambda c: (self._key(c), -self.order.index(c)))
+        top = self._key(self.leader)
+        self.survivors = [c for c in self.order if self._key(c) >= top - self.margin - 1e-12]
         out = []
         for key in sorted(self.held, key=lambda k: (self.order.index(k[0]), k[1])):
             if key[0] in self.survivors:

@@ -11,7 +11,7 @@ import numpy as np
 from scipy import stats
 from sklearn import metrics as skm
 
-from automl.spec import CV_METRICS
+from automl.spec import CV_METRICS, TASK_CV_METRICS
 
 #: the name ``summarize`` records under ``"interval"`` for each kind of interval
 WILSON, STUDENT_T = "wilson", "t"
@@ -120,23 +120,35 @@ def summarize(values: Sequence[float], confidence: float = 0.95, *, bounded: boo
     return out
 
 
-def summarize_folds(folds: Sequence[dict]) -> dict:
-    """``{metric: summarize([fold["scores"][metric] ...], bounded=True, rows=...)}`` for
-    every CV metric (all in [0, 1]); ``rows`` is the folds' held-out rows (``fold["rows"]``)
-    per repeat, None when a fold does not record them (results of older runs)."""
+#: fold scores that are fractions in [0, 1] (a Wilson interval); every other one (R²,
+#: which can be negative, RMSE, MAE) gets Student's t
+BOUNDED = (*CV_METRICS, "roc_auc", "pr_auc")
+
+
+def summarize_folds(folds: Sequence[dict], task: str = "classification") -> dict:
+    """``{metric: summarize([fold["scores"][metric] ...], bounded=..., rows=...)}`` for
+    every score of ``task`` (:data:`automl.spec.TASK_CV_METRICS`, plus ROC AUC and PR AUC
+    when every fold has them): bounded (Wilson) for the fractions in [0, 1], Student's t
+    for R², RMSE and MAE. ``rows`` is the folds' held-out rows (``fold["rows"]``) per
+    repeat, None when a fold does not record them (results of older runs)."""
     counts = [f.get("rows") for f in folds]
     repeats = len({f.get("repeat", 1) for f in folds}) or 1
     rows = sum(counts) // repeats if counts and all(isinstance(c, int) for c in counts) else None
-    return {m: summarize([f["scores"][m] for f in folds], bounded=True, rows=rows)
-            for m in CV_METRICS}
+    metrics = list(TASK_CV_METRICS[task])
+    metrics += [m for m in ("roc_auc", "pr_auc")
+                if folds and all(m in f["scores"] for f in folds)]
+    return {m: summarize([f["scores"][m] for f in folds], bounded=m in BOUNDED, rows=rows)
+            for m in metrics}
 
 
-def choose_winner(candidates: Sequence[dict], tolerance: float) -> tuple[str, str]:
+def choose_winner(candidates: Sequence[dict], tolerance: float,
+                  sign: int = 1) -> tuple[str, str]:
     """The best mean; among candidates within ``tolerance`` of it, the smallest model.
 
     Args:
-        candidates: dicts with ``trial_id``, ``mean`` (higher is better), ``n_params``
-            and ``rank`` (search order, breaks exact ties).
+        candidates: dicts with ``trial_id``, ``mean`` (higher is better; with ``sign``
+            -1 lower is, as RMSE), ``n_params`` and ``rank`` (search order, breaks exact
+            ties).
         tolerance: absolute score difference that counts as a near-tie.
 
     Returns:
@@ -147,9 +159,12 @@ def choose_winner(candidates: Sequence[dict], tolerance: float) -> tuple[str, st
     """
     if not candidates:
         raise ValueError("no candidate finished cross-validation")
-    best = max(candidates, key=lambda c: (c["mean"], -c["rank"]))
-    tied = [c for c in candidates if c["mean"] >= best["mean"] - tolerance - 1e-12]
-    win = min(tied, key=lambda c: (c["n_params"], -c["mean"], c["rank"]))
+    def key(c: dict) -> float:
+        return sign * c["mean"]
+
+    best = max(candidates, key=lambda c: (key(c), -c["rank"]))
+    tied = [c for c in candidates if key(c) >= key(best) - tolerance - 1e-12]
+    win = min(tied, key=lambda c: (c["n_params"], -key(c), c["rank"]))
     if win is best:
         others = [c for c in candidates if c is not best]
         if not others:
@@ -159,7 +174,7 @@ def choose_winner(candidates: Sequence[dict], tolerance: float) -> tuple[str, st
             return win["trial_id"], (f"best CV mean ({best['mean']:.4f}) and the smallest of the "
                                      f"{len(tied)} within {tolerance:g} of it "
                                      f"({win['n_params']:,} parameters)")
-        gap = best["mean"] - max(c["mean"] for c in others)
+        gap = key(best) - max(key(c) for c in others)
         return win["trial_id"], (f"best CV mean ({best['mean']:.4f}), {gap:.4f} ahead of the "
                                  f"next, more than the tie tolerance {tolerance:g}")
     return win["trial_id"], (

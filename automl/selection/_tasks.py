@@ -33,7 +33,7 @@ def fit_and_score(data: Dataset, config: dict, train_idx: np.ndarray, eval_idx: 
     """
     out = fit_predict(data, config, train_idx, eval_idx, **options)
     return with_scores(out, data.y[eval_idx], data.num_classes,
-                       keep_pred=bool(options.get("keep_model")))
+                       keep_pred=bool(options.get("keep_model")), task=data.task)
 
 
 def fit_predict(
@@ -66,8 +66,10 @@ def fit_predict(
     ``automl reproduce`` checks).
 
     Returns:
-        ``y_pred`` (list of int: the predicted class of each of ``eval_idx``), ``loss``
-        (cross-entropy), ``epochs``, ``train_time_s`` (seconds in training steps),
+        ``y_pred`` (list: the predicted class (int) of each of ``eval_idx``, or its
+        predicted value (float) for regression), ``proba`` (two classes only: the second
+        class's probability per row, for ROC AUC and PR AUC), ``loss`` (the task's
+        validation loss: cross-entropy, or MSE), ``epochs``, ``train_time_s`` (seconds in training steps),
         ``n_params``, ``n_train``, ``n_eval``; with ``keep_model`` also ``checkpoint``
         (tensors on the CPU; its ``metrics`` hold the loss only until :func:`with_scores`
         adds the scores), ``preprocessor`` and ``environment``.
@@ -78,6 +80,7 @@ def fit_predict(
     from automl.determinism import deterministic, environment
     from automl.models import count_parameters
     from automl.space import TrialConfig
+    from automl.task import task_of
     from automl.train import Shard, TrainState, fit, predict, set_threads, to_tensors
 
     set_threads(cpus)
@@ -85,24 +88,27 @@ def fit_predict(
     pre, ((X_tr, y_tr), (X_ev, y_ev)) = fit_apply(data, train_idx, eval_idx, impute=impute)
     cfg = TrialConfig.from_dict(config)
     with deterministic():
-        state = TrainState.create(cfg, tuple(X_tr.shape[1:]), data.num_classes, len(y_tr),
+        state = TrainState.create(cfg, tuple(X_tr.shape[1:]), data.output_size, len(y_tr),
                                   wrap=lambda m: m.to(device))
         t0 = time.perf_counter()
         train = tuple(t.to(device) for t in to_tensors(X_tr, y_tr))
         fit(state, train, None, shard=Shard(device=device, precision=precision))
         train_time = time.perf_counter() - t0
         env = environment(device) if keep_model else None
+    task = task_of(cfg.task)
     X_t, y_t = to_tensors(X_ev, y_ev)
-    logits = predict(state.model, X_t.to(device)).float().cpu()  # (n_eval, num_classes)
+    outputs = predict(state.model, X_t.to(device)).float().cpu()  # (n_eval, outputs)
     out = {
-        "y_pred": [int(v) for v in logits.argmax(1).numpy()],
-        "loss": float(torch.nn.functional.cross_entropy(logits, y_t)),
+        "y_pred": task.predictions(outputs).tolist(),
+        "loss": task.epoch_metrics(outputs, y_t)["loss"],
         "epochs": cfg.epochs,
         "train_time_s": round(train_time, 3),
         "n_params": count_parameters(state.model),
         "n_train": int(len(y_tr)),
         "n_eval": int(len(y_ev)),
     }
+    if outputs.shape[1] == 2:  # binary: the second class's probability (ROC AUC, PR AUC)
+        out["proba"] = torch.softmax(outputs, dim=1)[:, 1].tolist()
     if keep_model:
         out["checkpoint"] = _to_cpu(state.checkpoint({"loss": out["loss"]}))
         out["preprocessor"] = pre
@@ -111,17 +117,19 @@ def fit_predict(
 
 
 def with_scores(result: dict, y_true: np.ndarray, num_classes: int, *,
-                keep_pred: bool = False) -> dict:
-    """A :func:`fit_predict` result as :func:`fit_and_score` returns it: ``scores``
-    (:func:`classification_scores` of ``y_true`` ``(n_eval,)`` against ``y_pred``) first,
-    the checkpoint's ``metrics`` the scores and the loss, and ``y_pred`` dropped unless
-    ``keep_pred``."""
-    from automl.selection._scores import classification_scores
+                keep_pred: bool = False, task: str = "classification") -> dict:
+    """A :func:`fit_predict` result as :func:`fit_and_score` returns it: ``scores`` (the
+    task's fold scores, :meth:`automl.task.Task.scores`, of ``y_true`` ``(n_eval,)``
+    against ``y_pred``) first, the checkpoint's ``metrics`` the scores and the loss, and
+    ``y_pred`` and ``proba`` dropped unless ``keep_pred``."""
+    from automl.task import task_of
 
-    scores = classification_scores(np.asarray(y_true), np.asarray(result["y_pred"]),
-                                   num_classes)
+    proba = result.get("proba")
+    proba = None if proba is None else np.stack([1 - np.asarray(proba), np.asarray(proba)], 1)
+    scores = task_of(task).scores(np.asarray(y_true), np.asarray(result["y_pred"]),
+                                  num_classes, proba=proba)
     out = {"scores": scores, **{k: v for k, v in result.items()
-                                if k != "y_pred" or keep_pred}}
+                                if k not in ("y_pred", "proba") or keep_pred}}
     if "checkpoint" in out:
         out["checkpoint"] = {**out["checkpoint"],
                              "metrics": {**scores, "loss": out["loss"]}}

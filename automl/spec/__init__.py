@@ -19,7 +19,7 @@ pick its choice, under distinct names (``model.resnet.depth``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     Field,
@@ -35,6 +35,7 @@ from automl.spec._domains import (
     BUNDLED_DATASETS,
     COST_METRICS,
     CV_METRICS,
+    CV_MIN_METRICS,
     DATA_KINDS,
     DOMAIN_TAGS,
     FAMILIES,
@@ -48,11 +49,17 @@ from automl.spec._domains import (
     MODEL_SAMPLERS,
     OBJECTIVE_METRICS,
     OPTIMIZERS,
+    REGRESSION_LOSSES,
     REPORTED_METRICS,
     SAMPLERS,
     SIGNAL_AUGMENTS,
     SIGNAL_DATASETS,
     SIGNAL_FAMILIES,
+    SOURCE_TASKS,
+    TASK_CV_METRICS,
+    TASK_LOSSES,
+    TASK_METRICS,
+    TASKS,
     CategoricalDomain,
     Domain,
     FloatDomain,
@@ -105,6 +112,13 @@ __all__ = [
     "SIGNAL_DATASETS",
     "FILE_SOURCES",
     "CV_METRICS",
+    "CV_MIN_METRICS",
+    "TASKS",
+    "SOURCE_TASKS",
+    "TASK_METRICS",
+    "TASK_CV_METRICS",
+    "TASK_LOSSES",
+    "REGRESSION_LOSSES",
     "AUGMENT_IDENTITY",
     "IMAGE_AUGMENTS",
     "SIGNAL_AUGMENTS",
@@ -156,6 +170,10 @@ class Experiment(_Strict):
     """A whole validated experiment. Build one with :func:`load_spec`."""
 
     name: str = Field("experiment", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    #: ``classification`` or ``regression`` (``automl.task``); None: the data source's
+    #: task, or what a metric or loss of one task implies, or, for a table, its target
+    #: column's type once it is read (:meth:`with_task`)
+    task: Literal["classification", "regression"] | None = None
     #: seconds for the whole job (search, cross-validation, refit, compression,
     #: publishing); the search gets what an estimate of the rest leaves (automl.budget).
     #: None: no job budget (``search.time_budget_s`` bounds the sweep alone either way)
@@ -172,6 +190,87 @@ class Experiment(_Strict):
     tracking: TrackingSpec = TrackingSpec()
     registry: RegistrySpec = RegistrySpec()
     nightly: NightlySpec = NightlySpec()
+
+    @model_validator(mode="after")
+    def _task(self) -> Experiment:
+        """Decide the task where the spec tells it, check every task-bound choice against
+        it, and fill in the task's defaults (search metric, selection metric, loss)."""
+        source = SOURCE_TASKS.get(self.data.source)
+        hints = self._task_hints()
+        task = self.task
+        if task is None:
+            task = source or (hints[0][2] if hints else None)
+        if task is None:
+            return self  # a table: its target column decides (with_task)
+        if source is not None and source != task:
+            raise ValueError(f"task: data.source '{self.data.source}' is {source} data, not "
+                             f"{task}; remove task or use a {task} data source")
+        for key, value, their in hints:
+            if their != task:
+                fits = {"search.metric": TASK_METRICS, "selection.metric": TASK_CV_METRICS,
+                        "training.loss": TASK_LOSSES}.get(key.split(".objectives")[0].split(
+                            ".constraints")[0], TASK_METRICS)[task]
+                raise ValueError(f"{key}: {value!r} is a {their} {key.split('.')[-1]}, but the "
+                                 f"task is {task}; use one of {', '.join(fits)}")
+        if task == "regression" and self.training.label_smoothing:
+            raise ValueError("training.label_smoothing: smooths class labels; a regression "
+                             "target has none, remove it")
+        if self.task is None:
+            object.__setattr__(self, "task", task)
+        # copies, not the sections themselves: a default section is shared by every spec
+        if self.search.metric is None and self.search.objectives is None:
+            metric = TASK_METRICS[task][0]
+            object.__setattr__(self, "search", self.search.model_copy(update={
+                "metric": metric, "mode": self.search.mode or REPORTED_METRICS[metric]}))
+        if self.selection.metric is None:
+            object.__setattr__(self, "selection", self.selection.model_copy(
+                update={"metric": TASK_CV_METRICS[task][0]}))
+        if self.training.loss is None:
+            object.__setattr__(self, "training", self.training.model_copy(
+                update={"loss": TASK_LOSSES[task][0]}))
+        return self
+
+    def _task_hints(self) -> list[tuple[str, str, str]]:
+        """``(key path, value, task)`` for every choice that belongs to one task only."""
+        only = {t: set(ms) - {m for o, ms2 in TASK_METRICS.items() if o != t for m in ms2}
+                for t, ms in TASK_METRICS.items()}
+        hints = []
+
+        def metric_hint(key: str, metric: str | None) -> None:
+            for t, ms in only.items():
+                if metric in ms:
+                    hints.append((key, metric, t))
+        metric_hint("search.metric", self.search.metric)
+        for i, o in enumerate(self.search.objectives or []):
+            metric_hint(f"search.objectives.{i}.metric", o.metric)
+        for i, c in enumerate(self.search.constraints):
+            metric_hint(f"search.constraints.{i}.metric", c.metric)
+        for t, ms in TASK_CV_METRICS.items():
+            if self.selection.metric in ms:
+                hints.append(("selection.metric", self.selection.metric, t))
+        for loss in values_of(self.training.loss) or []:
+            for t, losses in TASK_LOSSES.items():
+                if loss in losses:
+                    hints.append(("training.loss", loss, t))
+        return hints
+
+    def with_task(self, task: str) -> Experiment:
+        """This experiment with ``task`` decided (for a table, by its target column) and
+        the task's defaults filled in, validated again.
+
+        Raises:
+            SpecError: a choice of the spec belongs to the other task.
+        """
+        if self.task == task:
+            return self
+        data = {**self.to_dict(), "task": task}
+        try:
+            return Experiment.model_validate(data)
+        except ValidationError as e:
+            message, _ = first_error(e, data, Experiment)
+            raise SpecError(f"{message}; the data's target makes this a {task} task",
+                            fix=f"set task: {task} and choices that fit it, or set the "
+                                "task the spec's choices are for") from None
 
     @model_validator(mode="after")
     def _cross(self) -> Experiment:

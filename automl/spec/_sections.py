@@ -28,6 +28,8 @@ from automl.spec._domains import (
     REPORTED_METRICS,
     SIGNAL_AUGMENTS,
     SIGNAL_DATASETS,
+    TASK_CV_METRICS,
+    TASK_LOSSES,
     Domain,
     _check_allowed,
     _check_numeric,
@@ -336,9 +338,21 @@ class TrainingSpec(_Strict):
     init: Domain = "default"
     lr_schedule: Literal["cosine", "constant"] = "cosine"
     label_smoothing: float = Field(0.0, ge=0, lt=1)
+    #: the training loss: ``cross_entropy`` (classification), ``mse`` or ``huber``
+    #: (regression), fixed or searched (a categorical); None: the task's first
+    #: (:data:`TASK_LOSSES`)
+    loss: Domain | None = None
     sgd: SGDSpace = SGDSpace()
     guard: GuardSpec = GuardSpec()
     checkpoint_every: int = Field(0, ge=0)
+
+    @field_validator("loss")
+    @classmethod
+    def _loss(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        every = tuple(dict.fromkeys(x for losses in TASK_LOSSES.values() for x in losses))
+        return _check_allowed(v, every, "training loss")
 
     @field_validator("optimizer")
     @classmethod
@@ -412,7 +426,9 @@ class SearchSpec(_Strict):
     seed: int = 0
     num_samples: int = Field(32, ge=1, le=100_000)
     time_budget_s: float | None = Field(None, gt=0)
-    metric: str = "val_accuracy"
+    #: None: the task's first per-epoch metric (:data:`TASK_METRICS`), once the task is
+    #: known (``Experiment.task``, or the target of a table)
+    metric: str | None = None
     mode: Literal["max", "min"] | None = None
     objectives: list[ObjectiveSpec] | None = None
     constraints: list[ConstraintSpec] = []
@@ -424,13 +440,15 @@ class SearchSpec(_Strict):
 
     @field_validator("metric")
     @classmethod
-    def _metric(cls, v: str) -> str:
-        return _check_allowed(v, tuple(REPORTED_METRICS), "metric")
+    def _metric(cls, v: str | None) -> str | None:
+        return v if v is None else _check_allowed(v, tuple(REPORTED_METRICS), "metric")
 
     @model_validator(mode="after")
     def _mode(self) -> SearchSpec:
         if self.objectives is not None:
             self._check_objectives()
+        elif self.metric is None:
+            pass  # the task's default, filled in by Experiment once the task is known
         elif self.mode is None:
             object.__setattr__(self, "mode", REPORTED_METRICS[self.metric])
         elif self.mode != REPORTED_METRICS[self.metric]:
@@ -565,8 +583,10 @@ class SelectionSpec(_Strict):
     top_k: int = Field(3, ge=1)
     cv_folds: int = Field(5, ge=2, le=50)
     cv_repeats: int = Field(1, ge=1, le=20)
-    metric: Literal["accuracy", "balanced_accuracy", "precision_macro", "recall_macro",
-                    "f1_macro"] = "accuracy"
+    #: the fold score that decides (:data:`TASK_CV_METRICS`); None: the task's first
+    #: (``accuracy``; ``r2`` for regression, scale-free, so ``tie_tolerance`` means the same
+    #: on every target)
+    metric: str | None = None
     tie_tolerance: float = Field(0.002, ge=0, lt=1)
     fold_halving: bool = False
     halving_margin: float = Field(0.01, ge=0, lt=1)
@@ -575,6 +595,14 @@ class SelectionSpec(_Strict):
     #: multi-objective searches: the winner among the cross-validated front, its knee
     #: (``automl.search.knee``) or its best ``metric`` within the constraints
     pick: Literal["knee", "best"] = "knee"
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        every = tuple(dict.fromkeys(m for ms in TASK_CV_METRICS.values() for m in ms))
+        return _check_allowed(v, every, "selection metric")
 
 
 class ResourcesSpec(_Strict):

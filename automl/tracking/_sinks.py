@@ -18,7 +18,8 @@ from automl.spec import Experiment
 from automl.tracking._wandb import WandbTarget, start_run
 
 #: per-epoch values logged (step = epoch)
-LOGGED = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1", "train_time_s")
+LOGGED = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1", "val_rmse", "val_mae",
+          "val_r2", "train_time_s")
 log = logging.getLogger(__name__)
 
 

@@ -1,0 +1,64 @@
+"""The regression example as a user runs it, from the repository root: write the CSV
+(``examples/regression/make_csv.py``), ``automl search examples/regression/spec.yaml``
+(3 trials here), then read what it left: a summary that names the task and its metrics,
+a winner registered with a card whose loading snippet runs, ``automl reproduce`` and
+``automl report``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from automl.card import extract_snippet
+
+
+def _automl(*args, timeout=600):
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
+    return subprocess.run([sys.executable, "-m", "automl", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(900)
+def test_the_regression_example_runs_end_to_end(tmp_path):
+    made = subprocess.run([sys.executable, "examples/regression/make_csv.py"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "runs"
+    done = _automl("search", "examples/regression/spec.yaml", "--output", str(out),
+                   "--num-samples", "3", "--dashboard-port", "0")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "a regression target (25 to 346" in done.stdout
+    assert "test r2=" in done.stdout and "rmse=" in done.stdout
+    run_dir = out / "diabetes-regression"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["data"]["task"] == "regression" and summary["metric"] == "val_rmse"
+    assert summary["mode"] == "min" and summary["cv"]["metric"] == "r2"
+    test = summary["test"]
+    assert set(test) >= {"r2", "rmse", "mae", "residuals"} and "accuracy" not in test
+    assert test["r2"] > 0.2 and test["rmse"] < 70  # the target's std is 77
+    assert summary["winner"]["cv"]["r2"]["interval"] == "t"
+    assert summary["trials"]["total"] == 3 and not (run_dir / "confusion_matrix.json").exists()
+
+    # the card names the task and its snippet runs as written (values, not classes)
+    ref = summary["registry"]["versions"][0]
+    from automl.registry import Registry
+
+    card = Registry(out / "registry").get(ref).card.read_text()
+    assert "| task | regression |" in card and "| r2 |" in card and "Confusion" not in card
+    (tmp_path / "snippet.py").write_text(extract_snippet(card))
+    ran = subprocess.run([sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=240)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert [ln.split(" ", 1)[0] for ln in ran.stdout.splitlines()] == [
+        "pytorch", "torchscript", "onnx"]
+
+    again = _automl("reproduce", str(run_dir))
+    assert again.returncode == 0 and "weights identical" in again.stdout, again.stdout
+    assert "test r2" in again.stdout
+    report = _automl("report", str(run_dir))
+    assert report.returncode == 0, report.stdout + report.stderr
