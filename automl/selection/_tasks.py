@@ -114,14 +114,14 @@ def with_scores(result: dict, y_true: np.ndarray, num_classes: int, *,
                 keep_pred: bool = False) -> dict:
     """A :func:`fit_predict` result as :func:`fit_and_score` returns it: ``scores``
     (:func:`classification_scores` of ``y_true`` ``(n_eval,)`` against ``y_pred``) first,
-    the checkpoint's ``metrics`` the scores and the loss, and ``y_pred`` dropped unless
-    ``keep_pred``."""
+    ``predicted_classes`` (how many distinct classes it predicted), the checkpoint's
+    ``metrics`` the scores and the loss, and ``y_pred`` dropped unless ``keep_pred``."""
     from automl.selection._scores import classification_scores
 
-    scores = classification_scores(np.asarray(y_true), np.asarray(result["y_pred"]),
-                                   num_classes)
-    out = {"scores": scores, **{k: v for k, v in result.items()
-                                if k != "y_pred" or keep_pred}}
+    pred = np.asarray(result["y_pred"])
+    scores = classification_scores(np.asarray(y_true), pred, num_classes)
+    out = {"scores": scores, "predicted_classes": int(len(np.unique(pred))),
+           **{k: v for k, v in result.items() if k != "y_pred" or keep_pred}}
     if "checkpoint" in out:
         out["checkpoint"] = {**out["checkpoint"],
                              "metrics": {**scores, "loss": out["loss"]}}
