@@ -177,6 +177,58 @@ def train_epoch(
     return stats
 
 
+#: at most this many batches re-estimate BatchNorm's statistics (fvcore's PreciseBN default)
+PRECISE_BN_BATCHES = 200
+
+
+def recompute_batchnorm(model: nn.Module, X: torch.Tensor, batch_size: int, seed: int,
+                        max_batches: int = PRECISE_BN_BATCHES) -> int:
+    """Re-estimate every BatchNorm layer's running mean and variance with the model's final
+    weights ("precise BN", Wu & Johnson 2021, arXiv:2105.07576, section 3): the training
+    rows ``X`` ``(N, ...)`` go forward once more, without gradients, in shuffled batches of
+    ``batch_size`` (at most ``max_batches``; the order seeded by ``seed``), with each
+    BatchNorm layer averaging the batches' statistics equally (``momentum=None``) and every
+    other layer in eval mode (no dropout), as evaluation will see them. Augmentation is not
+    applied: evaluation inputs are not augmented.
+
+    Why: BatchNorm's running statistics are an exponential average (momentum 0.1) over the
+    training steps, so they lag behind weights that change fast. After a short training
+    (measured: 4 epochs of 8 batches of 32 on 240 16x16 digit images, a 2-stage ResNet of
+    width 16, Adam 4e-3, seeds 0-2) the eval-mode model predicted 2 or 3 classes for every
+    row: validation accuracy 0.14, 0.15 and 0.28, against 0.79, 0.76 and 0.84 for the same
+    weights with each batch's own statistics. With the statistics re-estimated: 0.76, 0.70
+    and 0.84.
+
+    The module (inside a DDP wrapper, :func:`unwrap`) is left in eval mode, its momentum
+    restored. Returns the number of BatchNorm layers re-estimated (0: none, nothing done).
+    """
+    inner = unwrap(model)
+    norms = [m for m in inner.modules()
+             if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+    if not norms or len(X) < 2:
+        return 0
+    momenta = [m.momentum for m in norms]
+    inner.eval()
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches below
+        m.train()
+    order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed))
+    try:
+        with torch.no_grad():
+            for k, start in enumerate(range(0, len(X), batch_size)):
+                idx = order[start:start + batch_size]
+                if k == max_batches:
+                    break
+                if len(idx) > 1:  # a batch of one has no variance to estimate
+                    inner(X[idx.to(X.device)])
+    finally:
+        for m, momentum in zip(norms, momenta, strict=True):
+            m.momentum = momentum
+        inner.eval()
+    return len(norms)
+
+
 def _agree(stats: EpochStats, shard: Shard) -> EpochStats:
     """Sum the epoch's statistics over all ranks, so every rank sees the same loss and
     takes the same divergence decision (one small all-reduce per epoch)."""
@@ -346,6 +398,12 @@ def fit(
 ) -> dict[str, float]:
     """Train from ``state.epoch`` up to ``epochs`` (default ``state.cfg.epochs``).
 
+    After the last epoch, BatchNorm's running statistics are re-estimated on the training
+    rows with the final weights (:func:`recompute_batchnorm`), before that epoch's
+    evaluation and checkpoint: a short training's lagging averages made the eval-mode
+    model predict one class. Earlier epochs are evaluated with the running averages, as
+    PyTorch keeps them (what a trial stopped at a rung reported).
+
     After each epoch, ``on_epoch(state, metrics)`` is called with ``epoch``,
     ``train_loss``, ``train_time_s`` (seconds in the training step) and, when
     ``val`` is given, ``val_loss``, ``val_accuracy``, ``val_f1`` and ``eval_time_s``
@@ -386,6 +444,9 @@ def fit(
         if state.first_loss is None:  # the untrained model's loss on its first batch
             state.first_loss = stats.first_batch_loss
         check_divergence(epoch + 1, train_loss, state.first_loss, stats, guard)
+        if epoch + 1 == (epochs or cfg.epochs):  # the trained model: its own BN statistics
+            recompute_batchnorm(state.model, train[0], cfg.batch_size,
+                                cfg.seed * 100_003 + epoch + 1)
         metrics = {"epoch": epoch + 1, "train_loss": train_loss,
                    "train_time_s": time.perf_counter() - t0}
         if val is not None:

@@ -350,3 +350,12 @@ def test_probes_move_the_window_off_a_noise_rung_without_narrowing_it():
     assert p.recorded(0)[1] == {}  # no trial was judged at epoch 1
     assert p.note().startswith("rungs  brackets start at epoch 3: the epochs below ranked "
                                "trials poorly for the next rung (epoch 1 vs 3: Spearman")
+
+
+def test_the_note_says_a_correlation_is_no_longer_measurable_instead_of_crashing(monkeypatch):
+    p = RungPolicy(1, 3, 27, brackets=2, adaptive=True)
+    p.start = 1  # the window moved on a correlation that the final reports made constant
+    monkeypatch.setattr(p, "summary", lambda: {"start_epoch": 3, "correlations": [
+        {"from": 1, "to": 3, "spearman": None, "pairs": 4},
+        {"from": 3, "to": 9, "spearman": 0.5, "pairs": 3}]})
+    assert "epoch 1 vs 3: Spearman not measurable over 4 trials" in p.note()

@@ -138,8 +138,39 @@ def test_the_cv_table_prints_intervals_in_brackets_and_names_them():
     assert "95% CI: Student's t" in text
     new = CVResult.from_dict({**old, "candidates": [{**old["candidates"][0], "summary":
                                                      summarize_folds(_folds([0.3, 0.1], 40))}]})
-    print_cv_table(console, new)
-    assert "95% CI: Wilson score interval" in console.export_text()
+    narrow = Console(record=True, width=80)  # a log or a pipe: every interval stays whole
+    print_cv_table(narrow, new)
+    ci = new.candidates[0].summary["accuracy"]["ci95"]
+    text = narrow.export_text()
+    assert f"[{ci[0]:.3f}, {ci[1]:.3f}]" in text and "95% CI: Wilson score interval" in text
+    assert "…" not in text.split("95% CI:")[0]
+
+
+def test_a_fold_that_predicted_one_class_is_flagged_in_the_cv_output():
+    from rich.console import Console
+
+    from automl.selection._scores import collapsed_folds
+    from automl.selection._tasks import with_scores
+
+    # issue 45 item 9: a fold at exactly 0.1000 with 10 balanced classes is one class
+    y = np.repeat(np.arange(10), 4)
+    result = with_scores({"y_pred": [3] * 40, "n_eval": 40}, y, 10)
+    assert result["predicted_classes"] == 1 and result["scores"]["accuracy"] == 0.1
+    folds = [{"fold": 1, "repeat": 1, "rows": 40, "predicted_classes": 10,
+              "scores": {"accuracy": 0.8}},
+             {"fold": 2, "repeat": 1, "rows": 40, "predicted_classes": 1,
+              "scores": {"accuracy": 0.1}},
+             {"fold": 3, "repeat": 1, "scores": {"accuracy": 0.1}}]  # an older run: not judged
+    (line,) = collapsed_folds([{"trial_id": "7", "folds": folds}], 10)
+    assert line.startswith("trial 7 fold 2 predicted one class for all 40 held-out rows "
+                           "(accuracy 0.1000, that class's share)")
+    assert collapsed_folds([{"trial_id": "7", "folds": folds}], 1) == []
+    cv = CVResult("accuracy", {"n_folds": 2, "n_repeats": 1}, [], "7", "best",
+                  {"fold_trainings": 2, "fold_epochs": 2, "train_time_s": 1.0,
+                   "wall_time_s": 1.0}, warnings=[line])
+    console = Console(record=True, width=300)
+    print_cv_table(console, cv)
+    assert f"warning: {line}" in console.export_text()
 
 
 def test_near_ties_go_to_the_smaller_model():

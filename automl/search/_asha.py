@@ -361,8 +361,11 @@ class RungPolicy:
         if not self.adaptive or (self.start == 0 and not self.narrowed):
             return None
         s = self.summary()
-        parts = [f"epoch {c['from']} vs {c['to']}: Spearman {c['spearman']:.2f} over "
-                 f"{c['pairs']} trials" for c in s["correlations"][:self.start + 1]]
+        # recomputed over every report so far, a correlation that moved the window may no
+        # longer be measurable (one side constant now): said so, not formatted as a number
+        parts = [f"epoch {c['from']} vs {c['to']}: Spearman "
+                 f"{'not measurable' if c['spearman'] is None else format(c['spearman'], '.2f')}"
+                 f" over {c['pairs']} trials" for c in s["correlations"][:self.start + 1]]
         line = "rungs  "
         if self.start:
             line += (f"brackets start at epoch {s['start_epoch']}: the epochs below ranked "

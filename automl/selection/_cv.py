@@ -21,7 +21,7 @@ from automl.errors import ResourceError, RunError
 from automl.selection._folds import FoldPlan, make_folds
 from automl.selection._front import choose_on_front
 from automl.selection._schedule import AllOf, FoldSchedule
-from automl.selection._scores import choose_winner, summarize_folds
+from automl.selection._scores import choose_winner, collapsed_folds, summarize_folds
 from automl.selection._tasks import fit_predict, warm_up, with_scores
 from automl.spec import CV_MIN_METRICS, Experiment
 
@@ -32,8 +32,9 @@ WAIT_STEP_S = 1.0
 @dataclass(frozen=True)
 class CandidateCV:
     """One candidate's cross-validation: ``folds`` holds ``{fold, repeat, scores,
-    train_time_s, epochs, rows}`` per fold run (``rows``: its held-out rows; absent from
-    results written before it was recorded); ``summary`` maps each metric to ``{mean, std,
+    train_time_s, epochs, rows, predicted_classes}`` per fold run (``rows``: its held-out
+    rows; ``predicted_classes``: how many distinct classes it predicted there; both absent
+    from results written before they were recorded); ``summary`` maps each metric to ``{mean, std,
     ci95, n, interval}`` (``automl.selection._scores.summarize``; ``interval`` absent:
     Student's t, from an older run); ``status`` is ``winner``, ``scored`` or ``dropped
     after fold 1``."""
@@ -358,7 +359,8 @@ def cross_validate(
                   "scores": results[(c.trial_id, i)]["scores"],
                   "train_time_s": results[(c.trial_id, i)]["train_time_s"],
                   "epochs": results[(c.trial_id, i)]["epochs"],
-                  "rows": results[(c.trial_id, i)].get("n_eval")}
+                  "rows": results[(c.trial_id, i)].get("n_eval"),
+                  "predicted_classes": results[(c.trial_id, i)].get("predicted_classes")}
                  for i in range(n) if (c.trial_id, i) in results]
         search_score = c.metrics.get(exp.search.metric)
         rows.append(dict(trial_id=c.trial_id, rank=rank, config=c.config, params=c.params,
@@ -393,8 +395,9 @@ def cross_validate(
         })
         full = compute["fold_epochs"] + halving["fold_epochs_skipped"]
         halving["epochs_saved_fraction"] = round(halving["fold_epochs_skipped"] / full, 4)
+    warnings = [*plan.warnings, *collapsed_folds(rows, data.num_classes)]
     return CVResult(sel.metric, plan.to_dict(), table, winner, reason, compute, halving,
-                    list(plan.warnings), pareto)
+                    warnings, pareto)
 
 
 def plan_signature(plan: FoldPlan) -> str:

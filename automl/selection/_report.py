@@ -21,7 +21,7 @@ def format_ci(ci, digits: int = 3) -> str:
 
 
 def print_cv_table(console: Console, cv) -> None:
-    """One row per candidate: search rank, trial, parameters, folds run, the deciding
+    """One row per candidate: search rank (``rank``), trial, parameters, folds run, the deciding
     metric's mean ± std and 95% CI (``[low, high]``; the line under the table says which
     interval), the search's validation score and the status, then the result's warnings.
     Every metric's per-fold scores are in ``cv.json`` / ``summary.json``."""
@@ -29,8 +29,8 @@ def print_cv_table(console: Console, cv) -> None:
     title = (f"cross-validation: {plan['n_folds']} folds x {plan['n_repeats']} repeat(s), "
              f"{cv.metric}")
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    for col in ("search rank", "trial", "params", "folds", "mean ± std", "95% CI", "val",
-                "status"):
+    # "rank" (in the search): the table must fit 80 columns, a log's width, with whole CIs
+    for col in ("rank", "trial", "params", "folds", "mean ± std", "95% CI", "val", "status"):
         table.add_column(col, no_wrap=True)
     for c in cv.candidates:
         s = c.summary[cv.metric]
@@ -43,7 +43,11 @@ def print_cv_table(console: Console, cv) -> None:
                       else f"{s['mean']:.4f}", ci, val, status, style=style)
     console.print(table)
     kinds = sorted({c.summary[cv.metric].get("interval", "t") for c in cv.candidates})
-    console.print("95% CI: " + "; ".join(INTERVALS.get(k, k) for k in kinds), highlight=False)
+    if kinds:
+        console.print("95% CI: " + "; ".join(INTERVALS.get(k, k) for k in kinds),
+                      highlight=False)
+    for w in cv.warnings:
+        console.print(f"warning: {w}", style="yellow", highlight=False)
     console.print(f"winner trial {cv.winner}: {cv.reason}", highlight=False)
     comp = cv.compute
     line = (f"cv     {comp['fold_trainings']} fold trainings, {comp['fold_epochs']} epochs, "

@@ -141,6 +141,26 @@ def summarize_folds(folds: Sequence[dict], task: str = "classification") -> dict
             for m in metrics}
 
 
+def collapsed_folds(candidates: Sequence[dict], num_classes: int) -> list[str]:
+    """One warning per fold whose model predicted a single class for every held-out row
+    (``fold["predicted_classes"] == 1`` with ``num_classes`` > 1): its score is that
+    class's share of the rows (0.1000 with 10 balanced classes), not a measure of the
+    configuration, and its interval widens for it. ``candidates``: ``{"trial_id",
+    "folds"}`` dicts; folds without ``predicted_classes`` (older runs) are not judged."""
+    out = []
+    for c in candidates:
+        for f in c["folds"]:
+            if num_classes > 1 and f.get("predicted_classes") == 1:
+                rows = f" for all {f['rows']} held-out rows" if f.get("rows") else ""
+                out.append(f"trial {c['trial_id']} fold {f['fold']}"
+                           f"{' repeat ' + str(f['repeat']) if f.get('repeat', 1) > 1 else ''}"
+                           f" predicted one class{rows} (accuracy "
+                           f"{f['scores']['accuracy']:.4f}, that class's share): its training "
+                           "learned nothing usable on this fold, so its score says little "
+                           "about the configuration")
+    return out
+
+
 def choose_winner(candidates: Sequence[dict], tolerance: float,
                   sign: int = 1) -> tuple[str, str]:
     """The best mean; among candidates within ``tolerance`` of it, the smallest model.

@@ -120,16 +120,19 @@ def with_scores(result: dict, y_true: np.ndarray, num_classes: int, *,
                 keep_pred: bool = False, task: str = "classification") -> dict:
     """A :func:`fit_predict` result as :func:`fit_and_score` returns it: ``scores`` (the
     task's fold scores, :meth:`automl.task.Task.scores`, of ``y_true`` ``(n_eval,)``
-    against ``y_pred``) first, the checkpoint's ``metrics`` the scores and the loss, and
+    against ``y_pred``) first, for classification ``predicted_classes`` (how many distinct
+    classes it predicted), the checkpoint's ``metrics`` the scores and the loss, and
     ``y_pred`` and ``proba`` dropped unless ``keep_pred``."""
     from automl.task import task_of
 
+    pred = np.asarray(result["y_pred"])
     proba = result.get("proba")
     proba = None if proba is None else np.stack([1 - np.asarray(proba), np.asarray(proba)], 1)
-    scores = task_of(task).scores(np.asarray(y_true), np.asarray(result["y_pred"]),
-                                  num_classes, proba=proba)
-    out = {"scores": scores, **{k: v for k, v in result.items()
-                                if k not in ("y_pred", "proba") or keep_pred}}
+    scores = task_of(task).scores(np.asarray(y_true), pred, num_classes, proba=proba)
+    counted = ({"predicted_classes": int(len(np.unique(pred)))}
+               if task == "classification" else {})
+    out = {"scores": scores, **counted, **{k: v for k, v in result.items()
+                                           if k not in ("y_pred", "proba") or keep_pred}}
     if "checkpoint" in out:
         out["checkpoint"] = {**out["checkpoint"],
                              "metrics": {**scores, "loss": out["loss"]}}
