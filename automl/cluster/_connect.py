@@ -91,8 +91,12 @@ def connect(
     binds itself, read back from ``ray.nodes()``); Ray's exporter listens on every
     interface, like its other services.
 
-    A local start that fails (Ray raises when its node does not come up in 30 s, e.g. a
-    port taken while it starts) is retried once with new ports.
+    A local start is always a new instance of this process's own (``address="local"``):
+    another Ray cluster on the machine, or the address file a killed ``ray start`` left
+    in Ray's temp folder (``ray_current_cluster``), is never joined by accident (plain
+    ``ray.init()`` reads that file and then refuses ``num_cpus``). A local start that
+    fails (Ray raises when its node does not come up in 30 s, e.g. a port taken while it
+    starts) is retried once with new ports.
 
     Raises:
         ResourceError: a named port is in use, or the local Ray did not start twice.
@@ -131,6 +135,7 @@ def connect(
         os.environ["RAY_API_SERVER_ADDRESS"] = f"http://{host}:{port}"
         try:
             info = ray.init(
+                address="local",  # a new instance, whatever address file is lying around
                 num_cpus=num_cpus or os.cpu_count() or 1,
                 object_store_memory=object_store_mb * 1024 * 1024,
                 include_dashboard=True,
