@@ -174,11 +174,14 @@ def _test(c: CardInput) -> list[str]:
                              f"{t.get('train_rows', '-')} rows (train + validation)"])
     else:
         m = c.measurement
-        rows = [["accuracy", _f(t.get("accuracy"))],
-                ["the chain's teacher's accuracy (same test rows, same train rows)",
+        score = "R²" if _task(c) == "regression" else "accuracy"  # the chain's guard score
+        agree = ("R² of its outputs against the teacher's" if _task(c) == "regression"
+                 else "test argmax")
+        rows = [[score, _f(t.get("accuracy"))],
+                [f"the chain's teacher's {score} (same test rows, same train rows)",
                  _f(t.get("teacher_accuracy"))],
-                ["agreement with the chain's teacher (test argmax)", _f(m.get("agreement"))],
-                ["validation accuracy (what the guard read)", _f(m.get("val_accuracy"))],
+                [f"agreement with the chain's teacher ({agree})", _f(m.get("agreement"))],
+                [f"validation {score} (what the guard read)", _f(m.get("val_accuracy"))],
                 ["trained on", "the train rows only, through the chain's teacher; the "
                                "winner's refit also trained on the validation rows, so "
                                "compare with the teacher, not with the winner"]]

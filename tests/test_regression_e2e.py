@@ -43,6 +43,16 @@ def test_the_regression_example_runs_end_to_end(tmp_path):
     assert test["r2"] > 0.2 and test["rmse"] < 70  # the target's std is 77
     assert summary["winner"]["cv"]["r2"]["interval"] == "t"
     assert summary["trials"]["total"] == 3 and not (run_dir / "confusion_matrix.json").exists()
+    # the chain's guard reads R² on the validation rows; a student matches the teacher's
+    # outputs (R² of its outputs against the teacher's, not an argmax agreement)
+    comp = summary["compression"]
+    assert comp["metric"] == "r2" and comp["teacher"]["val_accuracy"] < 1.0
+    distill = comp["stages"][0]
+    assert distill["stage"] == "distill" and distill["status"] in ("accepted", "rejected")
+    if distill["status"] == "accepted":
+        assert distill["measurement"]["agreement"] > 0.5
+        assert distill["measurement"]["params"] < comp["teacher"]["params"]
+    assert "R²" in done.stdout.split("compression (")[1].splitlines()[0]
 
     # the card names the task and its snippet runs as written (values, not classes)
     ref = summary["registry"]["versions"][0]

@@ -1,8 +1,11 @@
 """Shared pieces of the compression stages: the ``Stage`` protocol, the context a stage
 runs in, the plain training loop, result dataclasses and the per-model measurement.
 
-Data convention: ``X`` float32 ``(N, C, H, W)`` or ``(N, F)``, ``y`` int64 ``(N,)``.
-Accuracies and drops are fractions (0.01 = one percentage point).
+Data convention: ``X`` float32 ``(N, C, H, W)`` or ``(N, F)``, ``y`` int64 ``(N,)`` class
+indices, or float32 ``(N,)`` values for regression (``Context.task``). Accuracies and
+drops are fractions (0.01 = one percentage point). For regression the chain's guard score
+is R² instead of accuracy (:func:`score_of`), kept in the same fields (``accuracy``,
+``val_accuracy``, ``max_accuracy_drop``), and ``chain.json`` names it (``metric``).
 """
 
 from __future__ import annotations
@@ -55,12 +58,20 @@ def check_number(key: str, value: Any, lo: float, hi: float, *, integer: bool = 
 
 def train(model: nn.Module, X: Tensor, y: Tensor, *, epochs: int, lr: float = 1e-3,
           batch_size: int = 64, seed: int = 0, loss_fn: LossFn | None = None,
-          device: str = "cpu") -> nn.Module:
-    """Plain Adam training in place: shuffled minibatches (``torch.Generator(seed)``), CE
-    loss unless ``loss_fn(logits, y_batch, index_batch)`` is given (``index_batch`` stays
+          device: str = "cpu", task: str = "classification") -> nn.Module:
+    """Plain Adam training in place: shuffled minibatches (``torch.Generator(seed)``), the
+    ``task``'s loss (cross-entropy; regression: MSE on targets standardised by the model's
+    head) unless ``loss_fn(logits, y_batch, index_batch)`` is given (``index_batch`` stays
     on the CPU; logits are on ``device``). Returns ``model`` in eval mode, on the CPU.
     Batches of one example are skipped (BatchNorm cannot train on them). On ``device``
     ``cuda`` the model and data are moved there for the training only."""
+    from automl.task import task_of
+
+    if loss_fn is None and task != "classification":
+        own = task_of(task).loss("mse").bind(model)
+
+        def loss_fn(logits: Tensor, yb: Tensor, idx: Tensor) -> Tensor:
+            return own(logits, yb)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -86,8 +97,9 @@ def train(model: nn.Module, X: Tensor, y: Tensor, *, epochs: int, lr: float = 1e
 
 
 def predict(model: nn.Module, X: Tensor, batch_size: int = 1024) -> Tensor:
-    """Logits ``(N, num_classes)`` of ``model`` under ``torch.no_grad``, in batches; the
-    model is switched to (and left in) eval mode."""
+    """Outputs of ``model`` under ``torch.no_grad``, in batches: logits ``(N,
+    num_classes)``, or ``(N, 1)`` values for regression; the model is switched to (and
+    left in) eval mode."""
     model.eval()
     with torch.no_grad():
         return torch.cat([model(X[i:i + batch_size]) for i in range(0, len(X), batch_size)])
@@ -126,6 +138,9 @@ class Context:
     device: str = "cpu"
     build: Callable[[dict], nn.Module] | None = None
     fine_tune: Callable[..., nn.Module] | None = None
+    #: the learning task (``automl.task``): what the guard scores, a student's head, the
+    #: default loss
+    task: str = "classification"
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -139,29 +154,40 @@ class Context:
         return tuple(self.X_train.shape[1:])
 
     @property
-    def num_classes(self) -> int:  # 1 + the largest label in any split
+    def num_classes(self) -> int:
+        """The models' output width: 1 + the largest label in any split; 1 for regression."""
+        if self.task != "classification":
+            return 1
         return int(max(self.y_train.max(), self.y_val.max(), self.y_test.max())) + 1
 
     def _build_from_zoo(self, arch: dict) -> nn.Module:
-        from automl.models import build_model
+        """``arch`` with the task's head; a regression head fitted to the train rows (the
+        teacher's statistics: it trained on the same rows)."""
+        from automl.task import task_of
 
-        return build_model(arch, self.input_shape, self.num_classes)
+        task = task_of(self.task)
+        model = task.build(arch, self.input_shape, self.num_classes)
+        task.fit_head(model, self.y_train)
+        return model
 
     def _fine_tune(self, model: nn.Module, epochs: int, lr: float | None = None,
                    loss_fn: LossFn | None = None) -> nn.Module:
         return train(model, self.X_train, self.y_train, epochs=epochs, lr=lr or self.lr,
                      batch_size=self.batch_size, seed=self.seed, loss_fn=loss_fn,
-                     device=self.device)
+                     device=self.device, task=self.task)
 
 
 def make_context(train_xy: tuple, val_xy: tuple, test_xy: tuple, out_dir: str | Path,
                  **kwargs: Any) -> Context:
-    """``Context`` from ``(X, y)`` pairs of numpy arrays or tensors (cast to float32/int64)."""
+    """``Context`` from ``(X, y)`` pairs of numpy arrays or tensors (X cast to float32; y to
+    int64, or float32 with ``task="regression"`` in ``kwargs``)."""
+    regression = kwargs.get("task", "classification") != "classification"
+
     def xy(pair: tuple) -> tuple[Tensor, Tensor]:
         X, y = (torch.as_tensor(np.asarray(v)) for v in pair)
         if len(X) != len(y):
             raise ValueError(f"X has {len(X)} rows but y has {len(y)}")
-        return X.float().contiguous(), y.long().contiguous()
+        return X.float().contiguous(), (y.float() if regression else y.long()).contiguous()
 
     (a, b), (c, d), (e, f) = xy(train_xy), xy(val_xy), xy(test_xy)
     return Context(a, b, c, d, e, f, Path(out_dir), **kwargs)
@@ -198,8 +224,9 @@ class Measurement:
     """One model's figures: ``params``, ``nonzero_params``, ``macs`` (one example, torch-
     pruning's counter); ``size_bytes``/``script_bytes``: the saved state_dict/TorchScript
     files; CPU p50 latency in ms at batch 1 and 64 (inference_mode, warm-up, ``ctx.threads``
-    threads); test ``accuracy``; ``agreement``: share of test argmax equal to the teacher's;
-    ``val_accuracy``: on the validation rows (what the guard compares)."""
+    threads); test ``accuracy`` (regression: R², :func:`score_of`); ``agreement``: share of
+    test argmax equal to the teacher's (regression: R² of its outputs against the
+    teacher's); ``val_accuracy``: on the validation rows (what the guard compares)."""
 
     name: str
     params: int
@@ -217,24 +244,58 @@ class Measurement:
         return to_dict(self)
 
 
+def score_name(task: str = "classification") -> str:
+    """What the guard's score is called: ``accuracy``, or ``R²`` for regression."""
+    return "accuracy" if task == "classification" else "R²"
+
+
+def score_of(outputs: Tensor, y: Tensor, task: str = "classification") -> float:
+    """The guard's score of ``outputs`` against ``y``: accuracy (fraction) of the argmax,
+    or for regression R² (1 - SSE / SST; 0 when ``y`` is constant) of the ``(N, 1)``
+    values; NaN for no rows."""
+    if len(y) == 0:
+        return math.nan
+    if task == "classification":
+        return float((outputs.argmax(1) == y).float().mean())
+    pred, y = outputs.reshape(-1).double(), y.reshape(-1).double()
+    sst = float(((y - y.mean()) ** 2).sum())
+    return 1.0 - float(((pred - y) ** 2).sum()) / sst if sst > 0 else 0.0
+
+
+def agreement_of(outputs: Tensor, teacher_outputs: Tensor | None,
+                 task: str = "classification") -> float:
+    """How a model's outputs agree with the teacher's on the same rows: the share of equal
+    argmax, or for regression R² of its values against the teacher's (1.0: identical);
+    1.0 without a teacher."""
+    if teacher_outputs is None:
+        return 1.0
+    if task == "classification" and teacher_outputs.dim() == 1:  # given as classes
+        return float((outputs.argmax(1) == teacher_outputs).float().mean())
+    if task == "classification":
+        return float((outputs.argmax(1) == teacher_outputs.argmax(1)).float().mean())
+    return score_of(outputs, teacher_outputs, task)
+
+
 def val_accuracy(model: nn.Module, ctx: Context) -> float:
-    """Accuracy (fraction) of ``model`` on ``ctx``'s validation rows; NaN when there are none."""
+    """The guard's score (:func:`score_of`: accuracy, or R² for regression) of ``model`` on
+    ``ctx``'s validation rows; NaN when there are none."""
     if len(ctx.y_val) == 0:
         return math.nan
-    return float((predict(model, ctx.X_val).argmax(1) == ctx.y_val).float().mean())
+    return score_of(predict(model, ctx.X_val), ctx.y_val, ctx.task)
 
 
 def measure(model: nn.Module, ctx: Context, name: str, teacher_pred: Tensor | None, *,
             size_bytes: int | None = None, script_bytes: int | None = None,
             count_model: nn.Module | None = None) -> Measurement:
-    """Measure ``model`` (see ``Measurement``); ``count_model`` replaces it for the
+    """Measure ``model`` (see ``Measurement``) against the teacher's test outputs
+    ``teacher_pred`` (:func:`agreement_of`); ``count_model`` replaces it for the
     parameter/MAC counts (quantized models pack their weights)."""
     counted = (count_model if count_model is not None else model).eval()
     macs, _ = count_macs_params(counted, ctx.X_test)
     params = sum(p.numel() for p in counted.parameters())
     nonzero = sum(int(torch.count_nonzero(p)) for p in counted.parameters())
-    pred = predict(model, ctx.X_test).argmax(1)
-    agree = float((pred == teacher_pred).float().mean()) if teacher_pred is not None else 1.0
+    outputs = predict(model, ctx.X_test)
+    agree = agreement_of(outputs, teacher_pred, ctx.task)
     threads, reps = torch.get_num_threads(), ctx.latency_repeats
     x64 = ctx.X_test[torch.arange(64) % len(ctx.X_test)]
     torch.set_num_threads(ctx.threads)
@@ -243,7 +304,7 @@ def measure(model: nn.Module, ctx: Context, name: str, teacher_pred: Tensor | No
         b64 = latency_ms(model, x64, max(3, reps // 3))
     finally:
         torch.set_num_threads(threads)
-    acc = float((pred == ctx.y_test).float().mean())
+    acc = score_of(outputs, ctx.y_test, ctx.task)
     return Measurement(name, params, nonzero, macs, size_bytes, script_bytes, b1, b64, acc, agree,
                        val_accuracy(model, ctx))
 

@@ -49,6 +49,7 @@ from automl.compress._base import (
     growth_reason,
     measure,
     predict,
+    score_name,
     to_dict,
     torch_latency_b1,
     val_accuracy,
@@ -224,7 +225,7 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context,
                               "pruned": None, "quantized": None, "lineage": ["teacher"]}
     t_export = export_model(teacher, ctx.out_dir, "00_teacher", recipe, ctx.X_test,
                             build=ctx.build)
-    teacher_pred = predict(teacher, ctx.X_test).argmax(1)
+    teacher_pred = predict(teacher, ctx.X_test)  # outputs: argmax or values, per task
     t_meas = measure(teacher, ctx, "00_teacher", teacher_pred, size_bytes=t_export.size_bytes,
                      script_bytes=t_export.script_bytes)
     t_onnx = export_checked(teacher, ctx, "00_teacher") if ctx.onnx else None
@@ -260,8 +261,8 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context,
         guard = {"val_accuracy": val_acc, "val_accuracy_drop": drop, "info": out.info}
         if drop > max_drop + 1e-9:
             records.append(StageRecord(**base, status="rejected", **guard,
-                                       reason=f"validation accuracy drop {drop:.4f} > max "
-                                              f"{max_drop:.4f}"))
+                                       reason=f"validation {score_name(ctx.task)} drop "
+                                              f"{drop:.4f} > max {max_drop:.4f}"))
             done(f"{i:02d}_{stage.name}", records[-1].status)
             continue
         name = f"{i:02d}_{stage.name}"

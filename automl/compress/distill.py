@@ -18,22 +18,30 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from automl.compress._base import Context, StageOutput, check_number, predict, train
+from automl.compress._base import (
+    Context,
+    StageOutput,
+    agreement_of,
+    check_number,
+    predict,
+    train,
+)
 from automl.compress.export import shapes_of
 
 
 def distillation_loss(student_logits: Tensor, teacher_logits: Tensor, y: Tensor,
-                      temperature: float, alpha: float) -> Tensor:
+                      temperature: float, alpha: float, task: str = "classification",
+                      student: nn.Module | None = None) -> Tensor:
     """Hinton et al. 2015 loss (module docstring). Logits ``(B, K)``, ``y`` int64 ``(B,)``;
-    KL is the batch mean (``reduction="batchmean"``). Returns a scalar tensor."""
-    t = temperature
-    soft = F.kl_div(F.log_softmax(student_logits / t, dim=1),
-                    F.log_softmax(teacher_logits / t, dim=1),
-                    reduction="batchmean", log_target=True)
-    return alpha * t * t * soft + (1 - alpha) * F.cross_entropy(student_logits, y)
+    KL is the batch mean (``reduction="batchmean"``). For regression the student matches
+    the teacher's ``(B, 1)`` outputs and the float targets, both standardised by the
+    ``student``'s head (:meth:`automl.task.Task.distill_loss`). Returns a scalar tensor."""
+    from automl.task import task_of
+
+    return task_of(task).distill_loss(student_logits, teacher_logits, y, temperature, alpha,
+                                      model=student)
 
 
 class DistillStage:
@@ -76,15 +84,15 @@ class DistillStage:
 
         def loss_fn(logits: Tensor, yb: Tensor, idx: Tensor) -> Tensor:
             return distillation_loss(logits, teacher_train[idx].to(logits.device), yb,
-                                     self.temperature, self.alpha)
+                                     self.temperature, self.alpha, ctx.task, student)
 
         train(student, ctx.X_train, ctx.y_train, epochs=self.epochs, lr=self.lr or ctx.lr,
               batch_size=ctx.batch_size, seed=ctx.seed, loss_fn=loss_fn, device=ctx.device)
-        t_val = predict(teacher, ctx.X_val).argmax(1)  # validation rows: the test split
-        s_val = predict(student, ctx.X_val).argmax(1)  # is kept for the final measurement
+        t_val = predict(teacher, ctx.X_val)  # validation rows: the test split is kept for
+        s_val = predict(student, ctx.X_val)  # the final measurement
         info = {"teacher_params": n_t, "student_params": n_s,
                 "param_reduction": n_t / n_s if n_s else float("inf"),
-                "val_agreement_with_stage_teacher": float((t_val == s_val).float().mean())
+                "val_agreement_with_stage_teacher": agreement_of(s_val, t_val, ctx.task)
                 if len(t_val) else None,
                 "temperature": self.temperature, "alpha": self.alpha, "epochs": self.epochs}
         arch = dict(self.student) if isinstance(self.student, dict) else None

@@ -38,6 +38,7 @@ from automl.compress.chain import run_chain
 from automl.compress.export import export_model, shapes_of
 from automl.compress.onnx_export import export_checked
 from automl.errors import DataError, SpecError
+from automl.task import task_of
 
 OUT = "compression"
 REQUIRED = ("spec.yaml", "best/model.pt", "summary.json")
@@ -146,7 +147,8 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
         kw = {"seed": comp.seed, "batch_size": comp.batch_size, "lr": comp.lr,
               "threads": comp.latency_threads, "latency_repeats": comp.latency_repeats,
               "max_slowdown": comp.max_slowdown,
-              "teacher_arch": cfg.arch, "onnx": comp.onnx, "device": comp.device}
+              "teacher_arch": cfg.arch, "onnx": comp.onnx, "device": comp.device,
+              "task": cfg.task}
         out, old = run_dir / OUT, run_dir / f".{OUT}-old-{os.getpid()}"
         if out.exists():  # a re-run: keep the old results until the new ones are complete
             os.replace(out, old)
@@ -170,7 +172,7 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
                 "arch": cfg.arch, "input_shape": list(ckpt["input_shape"]),
                 "num_classes": ckpt["num_classes"], "shapes": shapes_of(winner),
                 "pruned": None, "quantized": None, "lineage": ["winner"]}, wctx.X_test)
-            w_meas = measure(winner, wctx, "winner", predict(teacher, ctx.X_test).argmax(1),
+            w_meas = measure(winner, wctx, "winner", predict(teacher, ctx.X_test),
                              size_bytes=w_export.size_bytes, script_bytes=w_export.script_bytes)
             w_onnx = export_checked(winner, wctx, "winner") if comp.onnx else None
             bar.step("winner measured and exported")
@@ -183,7 +185,10 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
     finally:
         torch.set_num_threads(threads_before)
         bar.close()
-    section = {"status": "completed", **chain.to_dict(), "winner": w_meas.to_dict(),
+    section = {"status": "completed",
+               # what the fields named accuracy hold: accuracy, or R² for regression
+               "metric": task_of(cfg.task).guard_metric,
+               **chain.to_dict(), "winner": w_meas.to_dict(),
                "winner_export": w_export.to_dict(),
                "winner_onnx": w_onnx.to_dict() if w_onnx else None,
                "teacher_source": TEACHER_SOURCE, "teacher_from": how,
@@ -207,12 +212,6 @@ def compress_step(exp, dataset, splits, run_dir: str | Path, *, cv_accuracy: flo
     "failed", "error"}`` instead of raised: the search and selection results stand."""
     if not exp.compression.enabled:
         return None
-    if exp.task == "regression":
-        why = ("the chain's guard and measurements score classes (accuracy, argmax "
-               "agreement); a regression winner is exported as it is (TorchScript and ONNX, "
-               "parity checked on its outputs, when it is registered)")
-        console.print(f"compress skipped: {why}", highlight=False)
-        return {"status": "skipped", "reason": why}
     try:
         return compress_winner(exp, dataset, splits, run_dir, cv_accuracy=cv_accuracy,
                                console=console, publish=publish, eta_s=eta_s,
@@ -297,8 +296,11 @@ def table_rows(chain, winner_meas, cv_accuracy: float | None,
 def print_compression(console: Console, section: dict) -> None:
     """The compression table (rich), the ONNX Runtime table, then one line per stage: its
     status and, for an accepted one, its validation drop; for the others, the reason."""
-    table = Table(title="compression (CPU p50 latency in ms; agree: test argmax vs 00_teacher)",
-                  box=box.SIMPLE_HEAD, padding=0, show_edge=False)
+    regression = section.get("metric") == "r2"  # val, test, CV and agree are R² then
+    title = ("compression (CPU p50 latency in ms; val, test, CV: R²; agree: R² of the test "
+             "outputs against 00_teacher's)" if regression else
+             "compression (CPU p50 latency in ms; agree: test argmax vs 00_teacher)")
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=0, show_edge=False)
     # unstructured pruning zeroes weights without removing them: show the non-zero count
     sparse = any(r.get("nonzero_params") not in (None, r["params"]) for r in section["table"])
     cols = ("model", "params", *(("non-zero",) if sparse else ()), "MACs", "file", "b1", "b64",

@@ -43,7 +43,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from automl.compress._base import Context, predict, quiet, to_dict
+from automl.compress._base import (
+    Context,
+    agreement_of,
+    predict,
+    quiet,
+    score_name,
+    score_of,
+    to_dict,
+)
 
 OPSET = 18
 INPUT, OUTPUT = "input", "logits"
@@ -206,9 +214,11 @@ def export_checked(model: nn.Module, ctx: Context, name: str, X_check: Tensor | 
         path.unlink(missing_ok=True)
         return OnnxExport(None, None, skipped=f"ONNX export failed: {one_line(err)}")
     reps = ctx.latency_repeats
+    classes = ref.dim() == 2 and ref.shape[1] > 1  # a regression model's one value has none
     return OnnxExport(path, path.stat().st_size, None, len(X),
                       float((ref - got).abs().max()) if len(X) else 0.0,
-                      float((ref.argmax(1) == got.argmax(1)).float().mean()) if len(X) else 1.0,
+                      (float((ref.argmax(1) == got.argmax(1)).float().mean()) if len(X) else
+                       1.0) if classes else None,
                       ort_latency_ms(sess, X[:1], reps),
                       ort_latency_ms(sess, batch64(X), max(3, reps // 3)))
 
@@ -298,18 +308,19 @@ def onnx_int8(name: str, source: str, source_model: nn.Module, source_onnx: Onnx
     try:
         quantize_onnx(source_onnx.path, path, calibration)
         sess = session(path, ctx.threads)
-        val_pred = run_session(sess, ctx.X_val).argmax(1)
+        val_out = run_session(sess, ctx.X_val)
     except Exception as err:
         path.unlink(missing_ok=True)
         return OnnxInt8(**base, status="failed", reason=one_line(err))
-    val_acc = float((val_pred == ctx.y_val).float().mean())
+    val_acc = score_of(val_out, ctx.y_val, ctx.task)  # accuracy, or R² for regression
     drop = teacher_val_accuracy - val_acc
     guard = {"val_accuracy": val_acc, "val_accuracy_drop": drop, "path": path,
              "bytes": path.stat().st_size, "source_bytes": source_onnx.bytes}
     if drop > max_drop + 1e-9:
         path.unlink(missing_ok=True)
         return OnnxInt8(**{**base, **guard, "path": None}, status="rejected",
-                        reason=f"validation accuracy drop {drop:.4f} > max {max_drop:.4f}")
+                        reason=f"validation {score_name(ctx.task)} drop {drop:.4f} > max "
+                               f"{max_drop:.4f}")
     reps = ctx.latency_repeats
     b1 = ort_latency_ms(sess, ctx.X_test[:1], reps)
     grew = _grew_ort(sess, b1, guard["bytes"], source, source_onnx, ctx)
@@ -317,14 +328,13 @@ def onnx_int8(name: str, source: str, source_model: nn.Module, source_onnx: Onnx
         path.unlink(missing_ok=True)
         return OnnxInt8(**{**base, **guard, "path": None}, status="rejected", reason=grew,
                         latency_ms_b1=b1)
-    logits = run_session(sess, ctx.X_test)
-    pred = logits.argmax(1)
-    acc = float((pred == ctx.y_test).float().mean())
+    outputs = run_session(sess, ctx.X_test)
+    acc = score_of(outputs, ctx.y_test, ctx.task)
     return OnnxInt8(**base, **guard, status="accepted", reason=None, accuracy=acc,
                     accuracy_drop=teacher_accuracy - acc,
-                    agreement=float((pred == teacher_pred).float().mean()),
-                    source_agreement=float((pred == predict(source_model, ctx.X_test)
-                                            .argmax(1)).float().mean()),
+                    agreement=agreement_of(outputs, teacher_pred, ctx.task),
+                    source_agreement=agreement_of(outputs, predict(source_model, ctx.X_test),
+                                                  ctx.task),
                     latency_ms_b1=b1,
                     latency_ms_b64=ort_latency_ms(sess, batch64(ctx.X_test), max(3, reps // 3)))
 
