@@ -28,7 +28,7 @@ LAYER = {
     "report": 8, "dashboard": 8,
     "pipeline": 9, "reproduce": 9, "budget": 9, "prepare": 9,
     "nightly": 10,
-    "jobs": 11, "_cli_jobs": 11, "cli": 11, "__main__": 11, "__init__": 11,
+    "jobs": 11, "_cli_jobs": 11, "cli": 11, "api": 11, "__main__": 11, "__init__": 11,
 }
 
 

@@ -13,7 +13,15 @@ Public API: :func:`run_search`, :class:`SearchResult`, :class:`TrialRecord`,
 front's geometry (:func:`non_dominated_sort`, :func:`pareto_front`, :func:`spread`,
 :func:`knee`, :func:`hypervolume`). Admission lives in
 :mod:`automl.cluster`.
+
+``automl.search`` is also the Python API's entry point: calling the package,
+``automl.search(spec, model=..., data=...)``, runs :func:`automl.api.search`, which the call
+imports at run time (the API sits above every stage; the search layer does not depend on it).
 """
+
+import importlib
+import sys
+import types
 
 from automl.search._asha import CONTINUE, STOP, RungPolicy, judged_at
 from automl.search._front import candidates as cv_candidates
@@ -33,3 +41,14 @@ __all__ = [
     "judged_at", "knee", "make_policy", "make_sampler", "non_dominated_sort", "pareto_front",
     "pareto_of", "rank_trials", "read_ledger", "run_search", "spread",
 ]
+
+
+class _CallableSearch(types.ModuleType):
+    """This package, callable: ``automl.search(spec, **options)`` is
+    :func:`automl.api.search` (see its docstring)."""
+
+    def __call__(self, spec, **options):
+        return importlib.import_module("automl.api").search(spec, **options)
+
+
+sys.modules[__name__].__class__ = _CallableSearch
