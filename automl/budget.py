@@ -5,8 +5,13 @@ the estimate was wrong.
 The estimate comes from the sweep's own measurements: each trial's seconds per training
 row per epoch (its ``train_time_s`` over the rows it trained on, plus validation), so a
 stage's cost is ``epochs x rows x that rate``, plus a fixed cost per training task, over
-the slots that run at once, times :data:`SAFETY`. The likely CV candidates are the
-sweep's current top ``selection.top_k``.
+the slots that run at once. The likely CV candidates are the sweep's current top
+``selection.top_k``. Each estimate carries its 80% range,
+:data:`automl._progress.PRIOR_RANGE` times it (the same range each stage's progress line
+shows before its first steps), and the budget plans with the range's upper end
+(:data:`HIGH` x the estimate): a budget is overrun less often than with the point. When
+the upper end ended the sweep while the point would have let it go on, the one-line
+message says about how many trials that cost (from the sweep's pace so far).
 
 Shrinking, in this order, each said in one line: fewer CV candidates (down to 2), then
 fewer folds (down to 2); fewer distillation and fine-tuning epochs (down to 1).
@@ -20,10 +25,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from automl._progress import PRIOR_RANGE, Eta
 from automl.spec import Experiment
 
-#: the estimate is multiplied by this before it is compared with the time left
-SAFETY = 1.15
+#: the upper end of an estimate's range, as a factor of it: what the budget plans with
+HIGH = PRIOR_RANGE[1]
 #: seconds a training task costs besides its epochs (start, preprocessing, scoring;
 #: measured 0.5 s a fold on 2 idle cores)
 TASK_S = 0.6
@@ -76,6 +82,9 @@ class JobBudget:
     notes: list[str] = field(default_factory=list)
     estimates: dict = field(default_factory=dict)
     search_stopped_at_s: float | None = None
+    #: when the sweep was ended: ``(the later stages' estimate, seconds the point estimate
+    #: would have left the sweep, trials that would have ended in them)``
+    stop: tuple[Eta, float, int] | None = None
 
     @property
     def budget_s(self) -> float | None:
@@ -134,28 +143,63 @@ class JobBudget:
 
     def after_cv_s(self, winner: Candidate) -> float:
         """The refit and the compression: the longer of the two when they run side by
-        side, else their sum (no :data:`SAFETY`)."""
+        side, else their sum (the point, no range)."""
         refit, comp = self.refit_s(winner), self.compression_s(winner)
         return max(refit, comp) if self.refit_beside_compression else refit + comp
 
-    def later_s(self, cands: Sequence[Candidate]) -> float:
-        """Estimated seconds of everything after the sweep, :data:`SAFETY` included."""
+    def later(self, cands: Sequence[Candidate]) -> Eta:
+        """Seconds of everything after the sweep, with the range the budget plans with
+        (:data:`automl._progress.PRIOR_RANGE`); each stage's goes to :attr:`estimates`."""
         if not cands:
-            return 0.0
+            return Eta(0.0, 0.0, 0.0)
         w = cands[0]
         parts = {"cv": self.cv_s(cands), "refit": self.refit_s(w),
                  "compression": self.compression_s(w), "publish": PUBLISH_S}
-        self.estimates = {k: round(v * SAFETY, 1) for k, v in parts.items()}
-        return (parts["cv"] + self.after_cv_s(w) + PUBLISH_S) * SAFETY
+        self.estimates = {k: Eta.of(v).to_dict() for k, v in parts.items()}
+        return Eta.of(parts["cv"] + self.after_cv_s(w) + PUBLISH_S)
 
-    def search_over(self, cands: Sequence[Candidate]) -> bool:
-        """Whether the sweep must end now for the later stages to fit the budget."""
+    def later_s(self, cands: Sequence[Candidate]) -> float:
+        """The upper end of :meth:`later`: what the budget plans with, seconds."""
+        return self.later(cands).high
+
+    def search_over(self, cands: Sequence[Candidate],
+                    pace: tuple[int, int, float] | None = None) -> bool:
+        """Whether the sweep must end now for the later stages to fit the budget, planning
+        with the upper end of their estimate.
+
+        Args:
+            cands: the sweep's current top trials (the likely CV candidates).
+            pace: ``(trials ended, trials not ended, sweep seconds)`` so far: how many
+                trials the upper end cost, when it ends the sweep before the point would
+                have (:meth:`stop_line`).
+        """
         if self.budget_s is None or self.search_stopped_at_s is not None:
             return self.search_stopped_at_s is not None
-        if self.elapsed_s + self.later_s(cands) < self.budget_s:
+        later = self.later(cands)
+        if self.elapsed_s + later.high < self.budget_s:
             return False
         self.search_stopped_at_s = round(self.elapsed_s, 1)
+        slack = max(0.0, self.budget_s - self.elapsed_s - later.s)
+        cost = 0
+        if slack > 0 and pace is not None and pace[2] > 0:
+            ended, not_ended, sweep_s = pace
+            cost = min(not_ended, math.floor(slack * ended / sweep_s))
+        self.stop = (later, slack, cost)
         return True
+
+    def stop_line(self) -> str | None:
+        """The one line saying when and why the sweep was ended, or None (it was not)."""
+        if self.search_stopped_at_s is None or self.stop is None:
+            return None
+        later, slack, cost = self.stop
+        parts = ", ".join(f"{k} {v['eta_s']:.0f}" for k, v in self.estimates.items())
+        line = (f"budget search ended at {self.search_stopped_at_s:.0f} s of budget_s "
+                f"{self.budget_s:.0f}: the later stages are estimated at {later.s:.0f} s "
+                f"({later.low:.0f}-{later.high:.0f} s; {parts}), planned with the upper end")
+        if cost >= 1:
+            line += (f"; the point estimate would have let the sweep run {slack:.0f} s more: "
+                     f"about {cost} more trial{'s' if cost > 1 else ''} ended")
+        return line
 
     # -- shrinking ------------------------------------------------------------------------
     def fit_cv(self, cands: Sequence[Candidate]) -> tuple[int, int]:
@@ -165,10 +209,10 @@ class JobBudget:
         top_k, folds = min(sel.top_k, len(cands)), sel.cv_folds
         if self.budget_s is None or not cands:
             return top_k, folds
-        rest = (self.after_cv_s(cands[0]) + PUBLISH_S) * SAFETY
+        rest = (self.after_cv_s(cands[0]) + PUBLISH_S) * HIGH
         room = self.left_s - rest
         before = (top_k, folds)
-        while self.cv_s(cands, folds, top_k) * SAFETY > room and (top_k > 2 or folds > 2):
+        while self.cv_s(cands, folds, top_k) * HIGH > room and (top_k > 2 or folds > 2):
             if top_k > 2:
                 top_k -= 1
             else:
@@ -176,8 +220,8 @@ class JobBudget:
         if (top_k, folds) != before:
             self.notes.append(
                 f"budget cv shrunk from {before[0]} candidates x {before[1]} folds to {top_k} "
-                f"x {folds} to fit budget_s {self.budget_s:.0f} (estimate "
-                f"{self.cv_s(cands, folds, top_k) * SAFETY:.0f} s, {max(room, 0):.0f} s left "
+                f"x {folds} to fit budget_s {self.budget_s:.0f} (upper end of its estimate "
+                f"{self.cv_s(cands, folds, top_k) * HIGH:.0f} s, {max(room, 0):.0f} s left "
                 "for it)")
         return top_k, folds
 
@@ -187,26 +231,30 @@ class JobBudget:
         comp = self.exp.compression
         if self.budget_s is None or not comp.enabled or not comp.stages:
             return comp
-        room = self.left_s - PUBLISH_S * SAFETY
-        need = self.compression_s(winner) * SAFETY
+        room = self.left_s - PUBLISH_S * HIGH
+        need = self.compression_s(winner) * HIGH
         if need <= room:
             return comp
-        fixed = STAGE_S * (len(comp.stages) + 2) * SAFETY
+        fixed = STAGE_S * (len(comp.stages) + 2) * HIGH
         scale = max(0.0, (room - fixed) / max(need - fixed, 1e-9))
         stages = [_scaled(s, scale) for s in comp.stages]
         shrunk = comp.model_copy(update={"stages": stages})
         self.notes.append(
             f"budget compression training epochs scaled by {scale:.2f} (at least 1 each) to "
-            f"fit budget_s {self.budget_s:.0f} (estimate {need:.0f} s, {max(room, 0):.0f} s "
-            "left)")
+            f"fit budget_s {self.budget_s:.0f} (upper end of its estimate {need:.0f} s, "
+            f"{max(room, 0):.0f} s left)")
         return shrunk
 
     def record(self, wall_s: float | None = None) -> dict:
-        """The ``budget`` section of ``summary.json``."""
+        """The ``budget`` section of ``summary.json``: ``estimates_s`` holds each later
+        stage's last estimate with its range (``{"eta_s", "low_s", "high_s"}``),
+        ``search_stop`` the line said when the sweep was ended (or None)."""
         wall = self.elapsed_s if wall_s is None else wall_s
         return {"budget_s": self.budget_s, "wall_time_s": round(wall, 1),
                 "within": None if self.budget_s is None else wall <= self.budget_s,
                 "search_stopped_at_s": self.search_stopped_at_s,
+                "search_stop": self.stop_line(),
+                "trials_cost_by_upper_end": self.stop[2] if self.stop else 0,
                 "estimates_s": self.estimates, "shrunk": list(self.notes)}
 
 

@@ -13,6 +13,7 @@ import contextlib
 import math
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Optional
@@ -433,11 +434,12 @@ def dashboard(
 ) -> None:
     """Serve RUN_DIR's Optuna study in optuna-dashboard, live while the sweep runs.
 
-    Prints its URL and the Ray dashboard's; Ctrl-C stops it (exit 0)."""
+    Prints its URL, the Ray dashboard's and the job's latest ETA with its range (a new line
+    as the estimate changes, at most every 10 s); Ctrl-C stops it (exit 0)."""
     from automl.cluster import is_loopback
 
     with _cli_errors():
-        from automl.dashboard import ray_dashboard_url, start
+        from automl.dashboard import eta_line, ray_dashboard_url, start
 
         board = start(run_dir, host, port)
     if not is_loopback(host):
@@ -448,9 +450,16 @@ def dashboard(
     console.print(f"ray dashboard    {ray_url}" if ray_url else
                   "ray dashboard    none (the run's Ray instance has stopped, or it joined "
                   "a cluster: see that cluster's dashboard)", highlight=False)
+    last, at = eta_line(run_dir), time.monotonic()
+    console.print(f"job              {last}", highlight=False)
     try:
         while board.thread.is_alive():
             board.thread.join(1.0)
+            if time.monotonic() - at >= 10.0:
+                line = eta_line(run_dir)
+                if line.rsplit(", ", 1)[0] != last.rsplit(", ", 1)[0]:  # a new estimate
+                    console.print(f"job              {line}", highlight=False)
+                    last, at = line, time.monotonic()
     except KeyboardInterrupt:
         pass
     finally:

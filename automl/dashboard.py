@@ -1,5 +1,7 @@
 """``automl dashboard RUN_DIR``: the run's Optuna study (``study.db``) in optuna-dashboard
-on loopback, live while the sweep runs, beside the Ray dashboard's address.
+on loopback, live while the sweep runs, beside the Ray dashboard's address and the job's
+latest estimate of the time still to go with its range (``RUN_DIR/eta.jsonl``, written
+by the job: :class:`automl._progress.EtaHistory`).
 
 The dashboard opens ``study.db`` read-only (SQLite ``mode=ro``): it can neither write nor
 upgrade the study a running sweep writes to (optuna-dashboard#545 crashed a running
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from automl._progress import ETA_FILE, latest_eta_line
 from automl.errors import DataError, ResourceError
 
 STUDY_DB = "study.db"
@@ -52,6 +55,14 @@ def ray_dashboard_url(run_dir: Path) -> str | None:
     except (OSError, ValueError):
         return None
     return rec.get("dashboard_url") or None
+
+
+def eta_line(run_dir: Path, now: float | None = None) -> str:
+    """The run's latest estimate as printed by ``automl dashboard``: ``sweep 12/40  eta 40s
+    (30-70s), 3s ago`` (the stage, its steps done, the ETA and its 80% range, and how old
+    it is; ``now``: Unix seconds), or a line saying there is none yet."""
+    return latest_eta_line(Path(run_dir) / ETA_FILE, now) or \
+        "none yet (the job writes one as each trial or step ends)"
 
 
 @dataclass

@@ -8,8 +8,10 @@ A sink of the sweep's ledger publishes from the driver, through ``ray.util.metri
 * ``automl_epochs_per_second{sweep}``: epochs reported by all trials / seconds since the
   sweep (this session) started;
 * ``automl_stage_done{sweep, stage}``, ``automl_stage_total{sweep, stage}``,
-  ``automl_stage_eta_seconds{sweep, stage}``: the job's progress per stage (``sweep``:
-  trials; ``cv``: fold trainings; ``refit``; ``compress``: its steps), the ETA in seconds.
+  ``automl_stage_eta_seconds{sweep, stage}``, ``automl_stage_eta_low_seconds{sweep,
+  stage}``, ``automl_stage_eta_high_seconds{sweep, stage}``: the job's progress per stage
+  (``sweep``: trials; ``cv``: fold trainings; ``refit``; ``compress``: its steps), the
+  ETA in seconds and its 80% range (``automl._progress.Eta``).
   Compression runs after the job's Ray instance is released, so only the stages before
   it show there.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import threading
 import urllib.request
 
+from automl._progress import Eta
 from automl.search import SweepView, TrialLog
 
 STATES = ("running", "completed", "stopped_early", "failed")
@@ -56,8 +59,9 @@ class SweepMetrics:
                           description="Epochs reported by all trials per second of sweep.")
         self._stage = {fig: Gauge(f"automl_stage_{fig}", tag_keys=("sweep", "stage"),
                                   description=f"The job's progress per stage: {fig}.")
-                       for fig in ("done", "total", "eta_seconds")}
-        self.stages: dict[str, tuple[int, int, float | None]] = {}
+                       for fig in ("done", "total", "eta_seconds", "eta_low_seconds",
+                                   "eta_high_seconds")}
+        self.stages: dict[str, tuple[int, int, Eta | None]] = {}
 
     def counts(self) -> dict[str, int]:
         """Trials per state of the last view (``running``, ``completed``, ``stopped_early``,
@@ -83,19 +87,23 @@ class SweepMetrics:
             self._eps.set(self.epochs_per_second(), tags={"sweep": self.sweep})
             if self.view is not None:
                 v = self.view
-                self.stages["sweep"] = (v.done, v.total, v.eta_s)
+                self.stages["sweep"] = (v.done, v.total, v.eta)
             for stage, (done, total, eta) in self.stages.items():
                 tags = {"sweep": self.sweep, "stage": stage}
                 self._stage["done"].set(done, tags=tags)
                 self._stage["total"].set(total, tags=tags)
                 if eta is not None:
-                    self._stage["eta_seconds"].set(eta, tags=tags)
+                    self._stage["eta_seconds"].set(eta.s, tags=tags)
+                    self._stage["eta_low_seconds"].set(eta.low, tags=tags)
+                    self._stage["eta_high_seconds"].set(eta.high, tags=tags)
 
-    def publish_stage(self, stage: str, done: int, total: int, eta_s: float | None) -> None:
+    def publish_stage(self, stage: str, done: int, total: int, eta: Eta | None,
+                      elapsed_s: float = 0.0) -> None:
         """One stage's progress after the sweep (``automl._progress.StageProgress``'s
-        hook); re-published with the rest until Ray stops."""
+        :data:`~automl._progress.Publish` hook); re-published with the rest until Ray
+        stops."""
         with self._lock:
-            self.stages[stage] = (done, total, eta_s)
+            self.stages[stage] = (done, total, eta)
         if self._stop.is_set():  # the sweep's sink closed: re-publish on a new thread
             self._stop = threading.Event()
             self._thread = None
@@ -157,7 +165,8 @@ def scrape(url: str, timeout: float = 5.0) -> dict[tuple[str, frozenset], float]
 def sweep_metrics(samples: dict[tuple[str, frozenset], float], sweep: str) -> dict[str, float]:
     """This package's metrics for ``sweep`` from :func:`scrape`'s result: the trial counts
     by state, ``best_metric``, ``epochs_per_second`` and per stage ``done:<stage>``,
-    ``total:<stage>``, ``eta_seconds:<stage>`` (keys absent until exported)."""
+    ``total:<stage>``, ``eta_seconds:<stage>``, ``eta_low_seconds:<stage>``,
+    ``eta_high_seconds:<stage>`` (keys absent until exported)."""
     out: dict[str, float] = {}
     for (name, labels), value in samples.items():
         tags = dict(labels)

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from automl._interrupt import check as check_interrupt
 from automl._io import write_json, write_text
-from automl._progress import StageProgress
+from automl._progress import ETA_FILE, EtaHistory, StageProgress, read_eta_history
 from automl.budget import JobBudget, candidate_of
 from automl.errors import DataError, ResourceError, RunError, SpecError
 from automl.prepare import Prepared, prepare
@@ -262,10 +262,12 @@ def run_main_job(
             console.print(line, highlight=False, markup=False)
 
         target = wandb_target(exp, run_dir, note)
-        sinks = sweep_sinks(exp, run_dir, target, note)
+        history = EtaHistory(run_dir / ETA_FILE)  # the estimates, for summary.json
+        sinks = [*sweep_sinks(exp, run_dir, target, note), history]
         budget = JobBudget(exp, len(splits.train), len(splits.pool), admission.max_concurrent,
                            t0, clock=time.perf_counter)
-        publish = _stage_publisher(sinks)
+        gauges = _stage_publisher(sinks)
+        publish = _both(history, gauges)
         # the sweep's tail readies the CV's workers (not with data-parallel trials)
         from automl.selection import WarmFoldWorkers
 
@@ -339,7 +341,7 @@ def run_main_job(
     try:
         stages.run("compression", lambda: compress_step(
             comp_exp, dataset, splits, run_dir, console=console,
-            publish=_while_up(publish, lock),
+            publish=_both(history, _while_up(gauges, lock)),
             eta_s=budget.compression_s(wc, comp_exp.compression) if wc else None,
             teacher_fit=held.get("teacher"), winner_ready=beside and beside.wait,
             cv_accuracy=(winner.summary.get(task_of(exp.task).guard_metric) or {}).get(
@@ -370,9 +372,23 @@ def run_main_job(
     return summary
 
 
+def _both(*hooks):
+    """One :data:`automl._progress.Publish` hook calling each of ``hooks`` that is not
+    None, in order (one that raises is dropped, the others go on)."""
+    live = [h for h in hooks if h is not None]
+
+    def publish(*args) -> None:
+        for h in list(live):
+            try:
+                h(*args)
+            except Exception:  # noqa: BLE001 - progress never stops the job
+                live.remove(h)
+    return publish
+
+
 def _stage_publisher(sinks):
-    """``(stage, done, total, eta_s)`` to the sweep's Prometheus gauges, when the sweep
-    publishes them (a :class:`automl.monitoring.SweepMetrics` among ``sinks``)."""
+    """``(stage, done, total, eta, elapsed_s)`` to the sweep's Prometheus gauges, when the
+    sweep publishes them (a :class:`automl.monitoring.SweepMetrics` among ``sinks``)."""
     from automl.monitoring import SweepMetrics
 
     for s in sinks:
@@ -472,14 +488,14 @@ def _search(exp, prepared: Prepared, run_dir: Path, admission, console, sinks,
                       t.rows[-1]]
             scored.sort(key=lambda t: t.rows[-1][exp.search.metric], reverse=sign == "max")
             cands = [candidate_of(t.rows, t.target, rows) for t in scored[:k]]
-            return budget.search_over([c for c in cands if c is not None])
+            ended = sum(t.end is not None for t in ledger.trials.values())
+            return budget.search_over([c for c in cands if c is not None],
+                                      pace=(ended, ledger.total - ended,
+                                            ledger.clock() - ledger.t0))
     result = run_search(exp, data, run_dir, admission, console, sinks=sinks, resume=resume,
                         stop_if=stop_if)
-    if budget is not None and budget.search_stopped_at_s is not None:
-        parts = ", ".join(f"{k} {v:.0f}" for k, v in budget.estimates.items())
-        console.print(f"budget search ended at {budget.search_stopped_at_s:.0f} s of budget_s "
-                      f"{exp.budget_s:.0f}: the later stages are estimated at "
-                      f"{sum(budget.estimates.values()):.0f} s ({parts})", highlight=False)
+    if budget is not None and (line := budget.stop_line()):
+        console.print(line, highlight=False)
     return result
 
 
@@ -622,8 +638,10 @@ SECTIONS = {
 def compose_summary(exp: Experiment, run_dir: Path, data_info: dict,
                     wall_time_s: float | None = None, budget: dict | None = None) -> dict:
     """``summary.json`` from the stages' saved results (``stages/<name>.json``), in stage
-    order, each through :data:`SECTIONS`, plus the run's identity and the stages' wall
-    times; written atomically and returned."""
+    order, each through :data:`SECTIONS`, plus the run's identity, the stages' wall
+    times and the history of estimates (``eta_history``: per stage, each ETA shown with
+    its range, from ``eta.jsonl``: ``automl._progress.EtaHistory``); written atomically
+    and returned."""
     stages = Stages(run_dir, True, Console(quiet=True))
     summary: dict[str, Any] = {"name": exp.name, "run_dir": str(run_dir),
                                "spec_sha256": spec_hash(exp), "data": data_info}
@@ -636,6 +654,9 @@ def compose_summary(exp: Experiment, run_dir: Path, data_info: dict,
     if "leaderboard" in summary:
         summary["leaderboard"] = summary["leaderboard"][: exp.selection.top_k]
     summary["stages_wall_s"] = walls
+    history = read_eta_history(run_dir / ETA_FILE)
+    if history:
+        summary["eta_history"] = history
     prior = (read_json(run_dir / "summary.json") or {}).get("wall_time_s")
     summary["wall_time_s"] = round(wall_time_s if wall_time_s is not None
                                    else prior or sum(walls.values()), 2)

@@ -1,16 +1,18 @@
 """The sweep ETA's models replayed on finished sweeps: what the ETA would have said at 1/4,
 1/3 and 1/2 of each sweep's wall time under other models, against the time that really
-remained. It reads what ``python -m benchmarks.eta sweeps --keep DIR`` leaves per seed
-(``DIR/seed<N>/points.json``: the ETA series and the Unix time of each event;
-``DIR/seed<N>/run/``: the sweep's ``trials.jsonl`` and ``study.db``) and rebuilds the
-sweep's state at each moment from ``trials.jsonl`` (trials started, their epochs, ends and
-epoch times; the rung policy replayed on the reports).
+remained. It reads the sweeps ``python -m benchmarks --only eta`` keeps
+(``benchmarks/results/eta_sweeps/seed<N>/``: ``trials.jsonl``, ``points.json`` with the
+ETA series and the Unix time of each event, ``experiment.json``, ``study.db.gz``;
+:func:`benchmarks.eta.keep`) and rebuilds the sweep's state at each moment from
+``trials.jsonl`` (trials started, their epochs, ends and epoch times; the rung policy
+replayed on the reports).
 
-Models (seconds still to go = (expected epoch seconds + trials to come x overhead per
-trial) / slots, as :func:`automl.search._eta.sweep_eta`):
+Models of the point (seconds still to go = (expected epoch seconds + trials to come x
+overhead per trial) / slots, as :func:`automl.search._eta.sweep_eta`):
 
-* ``current``: the product's (:func:`automl.search._eta.sweep_eta`: one epoch-weighted
-  mean of seconds per epoch for every trial);
+* ``current``: the model's expectation (:func:`automl.search._eta.sweep_eta`: one
+  epoch-weighted mean of seconds per epoch for every trial; the product's point before
+  issue 44, now the "analytic point" of ``benchmarks/eta.py``);
 * ``per_trial``: a running trial at its own seconds per epoch, a trial to come at the mean
   over trials (each trial weighs the same);
 * ``top_blend``: a trial to come costs the mean of two restart costs (its seconds per
@@ -20,8 +22,10 @@ trial) / slots, as :func:`automl.search._eta.sweep_eta`):
   that moment, ``left`` asks with the running trials as constant liars), each costed by a
   random forest of log seconds per epoch on the parameters of the trials so far.
 
-Run as ``python -m benchmarks.eta_replay DIR``; prints one line per seed and a summary per
-moment. Used once (issue 16), on 10 seeds: none beat ``current`` at 1/3.
+The product's range and calibrated point are judged by ``python -m benchmarks.eta judge``.
+
+Run as ``python -m benchmarks.eta_replay [DIR]``; prints one line per seed and a summary
+per moment. Used in issue 16 on 10 seeds: none beat ``current`` at 1/3.
 """
 
 from __future__ import annotations
@@ -37,10 +41,10 @@ MODELS = ("current", "per_trial", "top_blend", "sampler")
 
 
 def state_at(run: Path, exp, wall: float):
-    """The sweep at Unix time ``wall``: ``(policy, trials, epoch seconds in order,
-    starts)``; ``trials[n]`` holds ``epoch``, ``target``, ``ended``, ``s`` (seconds per
-    epoch, each epoch), ``v`` (the last value) and ``t`` (start time); ``starts`` is
-    ``[(start time, epochs reported before it)]``."""
+    """The sweep whose ``trials.jsonl`` is in ``run`` at Unix time ``wall``: ``(policy,
+    trials, epoch seconds in order, starts)``; ``trials[n]`` holds ``epoch``, ``target``,
+    ``ended``, ``s`` (seconds per epoch, each epoch), ``v`` (the last value) and ``t``
+    (start time); ``starts`` is ``[(start time, epochs reported before it)]``."""
     from automl.search import make_policy
 
     policy = make_policy(exp)
@@ -183,12 +187,28 @@ def _proposals(exp, trials, own, wall, left, study_db, epochs_left):
     return out
 
 
-def replay(root: Path, trials: int = 40, slots: int = 2) -> dict:
-    """``{model: {fraction: [error per seed]}}`` over every ``root/seed<N>``, printing
-    one line per seed."""
-    from benchmarks._orch_tools import make_experiment
+def study_of(d: Path, tmp: Path) -> Path | None:
+    """The kept sweep ``d``'s ``study.db`` (from ``study.db.gz``, into ``tmp``), or None."""
+    import gzip
+    import shutil
 
-    errors = {m: {f: [] for f in FRACTIONS} for m in MODELS}
+    if not (d / "study.db.gz").exists():
+        return None
+    out = tmp / f"{d.name}.db"
+    with gzip.open(d / "study.db.gz", "rb") as g, open(out, "wb") as f:
+        shutil.copyfileobj(g, f)
+    return out
+
+
+def replay(root: Path, slots: int = 2, models: tuple[str, ...] = MODELS) -> dict:
+    """``{model: {fraction: [error per seed]}}`` over every kept ``root/seed<N>``, printing
+    one line per seed (``sampler`` needs the kept study: left out without one)."""
+    import tempfile
+
+    from automl.spec import Experiment
+
+    errors = {m: {f: [] for f in FRACTIONS} for m in models}
+    tmp = Path(tempfile.mkdtemp(prefix="eta-replay-"))
     for d in sorted(root.glob("seed*"), key=lambda p: int(p.name[4:])):
         if not (d / "points.json").exists():
             continue
@@ -196,20 +216,24 @@ def replay(root: Path, trials: int = 40, slots: int = 2) -> dict:
         kept = json.loads((d / "points.json").read_text())
         points, walls = kept["points"], kept["walls"]
         t0, end = walls[0] - points[0][0], points[-1][0]
-        exp = make_experiment(trials, False, str(d / "runs"), slots, {"search.seed": seed})
+        exp = Experiment.model_validate(json.loads((d / "experiment.json").read_text()))
+        trials, db = exp.search.num_samples, study_of(d, tmp)
         line = [f"seed {seed} (wall {end:.0f} s)"]
         for f in FRACTIONS:
-            i = next(i for i, (el, eta, _) in enumerate(points) if el >= end * f and eta is not None)
+            i = next(i for i, p in enumerate(points) if p[0] >= end * f and p[1] is not None)
             real = end - points[i][0]
-            state = state_at(d / "run", exp, walls[i])
-            for m in MODELS:
-                e = estimate(m, state, exp, t0, walls[i], trials, slots, d / "run" / "study.db")
+            state = state_at(d, exp, walls[i])
+            for m in models:
+                if m == "sampler" and db is None:
+                    continue
+                e = estimate(m, state, exp, t0, walls[i], trials, slots, db)
                 errors[m][f].append((e - real) / real)
-            line.append(f"{f:.2f}: " + " ".join(f"{m} {errors[m][f][-1]:+.0%}" for m in MODELS))
+            line.append(f"{f:.2f}: " + " ".join(f"{m} {errors[m][f][-1]:+.0%}" for m in models
+                                                 if errors[m][f]))
         print(" | ".join(line), flush=True)
     for f in FRACTIONS:
         print(f"--- at {f:.2f} of the wall")
-        for m in MODELS:
+        for m in models:
             e = errors[m][f]
             if e:
                 print(f"{m:10s} within 25%: {sum(abs(x) <= 0.25 for x in e)}/{len(e)}, median "
@@ -220,10 +244,13 @@ def replay(root: Path, trials: int = 40, slots: int = 2) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("root", type=Path, help="what `python -m benchmarks.eta sweeps --keep` kept")
-    ap.add_argument("--trials", type=int, default=40, help="trials per sweep (quick sweeps: 4)")
+    ap.add_argument("root", type=Path, nargs="?",
+                    default=Path(__file__).parent / "results" / "eta_sweeps",
+                    help="the kept sweeps (default benchmarks/results/eta_sweeps)")
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated, of " +
+                    ", ".join(MODELS))
     args = ap.parse_args()
-    replay(args.root, args.trials)
+    replay(args.root, models=tuple(args.models.split(",")))
 
 
 if __name__ == "__main__":

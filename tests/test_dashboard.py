@@ -75,6 +75,8 @@ def test_dashboard_shows_a_running_sweep_and_the_sweep_ends_normally(tmp_path):
         assert m, first
         ray_line = board.stdout.readline()
         assert ray_line.startswith("ray dashboard    http://127.0.0.1:"), ray_line
+        eta_line = board.stdout.readline()  # the job's latest estimate (or none yet)
+        assert re.match(r"job              (none yet|sweep \d+/10  eta )", eta_line), eta_line
         base = m.group(1)
         (study,) = _get(f"{base}/api/studies")["study_summaries"]
         assert study["study_name"] == "live"
@@ -86,10 +88,17 @@ def test_dashboard_shows_a_running_sweep_and_the_sweep_ends_normally(tmp_path):
         assert sweep.returncode == 0, out[-3000:]
         assert "database is locked" not in out
         # piped, so a line per event, each with done/total and an ETA (issue 16)
-        assert re.search(r"^  trial \d+ .*\[\d+/10, elapsed \d+s, eta (\d+s|\d+m\d\ds|-)\]$", out, re.M), out
-        assert re.search(r"^cv     1/\d+  elapsed \d+s  eta ", out, re.M), out
-        assert re.search(r"^refit  1/1  elapsed \d+s  eta 0s  trial \d+ on \d+ rows", out, re.M)
+        # ... with its 80% range (issue 44)
+        ranged = r"(\d+s \(\d+-\d+s\)|\d+m\d\ds \([\dms]+-[\dms]+\))"
+        assert re.search(rf"^  trial \d+ .*\[\d+/10, elapsed \d+s, eta {ranged}\]$", out,
+                         re.M), out
+        assert re.search(rf"^cv     1/\d+  elapsed \d+s  eta {ranged}", out, re.M), out
+        assert re.search(r"^refit  1/1  elapsed \d+s  eta 0s \(0-0s\)  trial \d+ on \d+ rows",
+                         out, re.M)
         summary = json.loads((run_dir / "summary.json").read_text())
+        history = summary["eta_history"]  # every estimate shown, with its range
+        assert {"sweep", "cv", "refit"} <= set(history) and len(history["sweep"]) >= 10
+        assert all(r["low_s"] <= r["eta_s"] <= r["high_s"] for h in history.values() for r in h)
         assert summary["trials"]["total"] == 10 and summary["trials"]["failed"] == 0
         assert max(seen) >= 1 and seen == sorted(seen)  # live: trials appeared as they came
         final = _get(f"{base}/api/studies/{study['study_id']}")["trials"]

@@ -4,12 +4,13 @@ progress lines, and the job budget's estimates and shrinking."""
 from __future__ import annotations
 
 import io
+import math
 
 import pytest
 from rich.console import Console
 
-from automl._progress import StageProgress, eta_text
-from automl.budget import Candidate, JobBudget, _parallel, candidate_of
+from automl._progress import Eta, StageProgress, eta_text
+from automl.budget import HIGH, Candidate, JobBudget, _parallel, candidate_of
 from automl.search import RungPolicy
 from automl.search._adapters import BudgetStopper
 from automl.search._eta import TrialState, expected_epochs, sweep_eta
@@ -86,8 +87,10 @@ def test_stage_progress_prints_a_line_per_step_off_a_terminal():
     assert bar.eta_s == pytest.approx(5.0 / 2 * 6)  # 2 of 8 epochs in 5 s
     bar.close()
     line = buf.getvalue().strip()
-    assert line == "cv     1/4  elapsed 5s  eta 15s  trial 3 fold 1: accuracy 0.9900"
-    assert seen[0] == ("cv", 0, 4, 30.0) and seen[-1] == ("cv", 1, 4, 0.0)
+    # one step measured: the a-priori relative range (0.4-1.3) around the measured point
+    assert line == "cv     1/4  elapsed 5s  eta 15s (6-20s)  trial 3 fold 1: accuracy 0.9900"
+    assert seen[0] == ("cv", 0, 4, Eta(30.0, 12.0, 39.0), 0.0)
+    assert seen[-1] == ("cv", 1, 4, Eta(0.0, 0.0, 0.0), 5.0)
     assert eta_text(None) == "-" and eta_text(245.4) == "4m05s" and eta_text(59.6) == "1m00s"
 
 
@@ -105,7 +108,7 @@ def test_cv_shrinks_to_fit_what_the_budget_leaves_and_says_so():
     now[0] = 300.0  # 100 s left: they no longer fit
     top_k, folds = b.fit_cv(cands)
     assert (top_k, folds) < (5, 5) and top_k >= 2 and folds >= 2
-    assert b.cv_s(cands, folds, top_k) * 1.15 <= b.left_s or (top_k, folds) == (2, 2)
+    assert b.cv_s(cands, folds, top_k) * HIGH <= b.left_s or (top_k, folds) == (2, 2)
     assert b.notes and b.notes[-1].startswith("budget cv shrunk from 5 candidates x 5 folds")
     free = _budget({"selection": {"top_k": 5, "cv_folds": 5}}, now)  # no budget_s
     assert free.fit_cv(cands) == (5, 5) and free.notes == []
@@ -125,13 +128,43 @@ def test_the_search_ends_when_the_later_stages_would_not_fit():
     assert rec["within"] is True and rec["budget_s"] == 100
 
 
+def test_the_budget_plans_with_the_upper_end_and_says_when_that_cost_trials():
+    now = [0.0]
+    spec = {"budget_s": 100, "selection": {"top_k": 2, "cv_folds": 2}}
+    b = _budget(spec, now)
+    cands = [Candidate(10, 1e-3), Candidate(10, 1e-3)]
+    later = b.later(cands)
+    assert later.high == pytest.approx(later.s * HIGH) and later.low < later.s
+    assert b.estimates["cv"]["high_s"] == pytest.approx(b.cv_s(cands) * HIGH, abs=0.01)
+    now[0] = 100 - later.high - 1
+    assert not b.search_over(cands, pace=(10, 30, 20.0))
+    now[0] = 100 - later.high + 1  # the point still fits: only the upper end ends it
+    assert b.search_over(cands, pace=(10, 30, 20.0))  # 10 trials ended in 20 s
+    slack = 100 - now[0] - later.s
+    cost = math.floor(slack * 10 / 20.0)
+    assert cost >= 1
+    line = b.stop_line()
+    assert line.startswith(f"budget search ended at {now[0]:.0f} s of budget_s 100") and \
+        line.endswith(f"run {slack:.0f} s more: about {cost} more trials ended")
+    assert b.record()["trials_cost_by_upper_end"] == cost and b.record()["search_stop"] == line
+    # past what the point allows too: the upper end cost nothing, the line says nothing of it
+    late = [100 - later.s + 1]
+    b2 = _budget(spec, late)
+    assert b2.search_over(cands, pace=(10, 30, 20.0))
+    assert "more trial" not in b2.stop_line() and b2.record()["trials_cost_by_upper_end"] == 0
+    # never more trials than were left to end
+    b3 = _budget(spec, [100 - later.high + 1])
+    assert b3.search_over(cands, pace=(38, 2, 20.0)) and b3.stop[2] == 2
+    assert _budget({"selection": {"top_k": 2}}, [1e9]).stop_line() is None
+
+
 def test_compression_epochs_scale_down_to_fit():
     now = [0.0]
     stages = [{"stage": "distill", "student": {"family": "resnet", "width": 4, "depth": 1},
                "epochs": 40}, {"stage": "prune", "fine_tune_epochs": 20}]
     b = _budget({"budget_s": 60, "compression": {"enabled": True, "stages": stages}}, now)
     w = Candidate(10, 1e-3)  # teacher: 1 s an epoch; the student 0.3 s: 60 epochs = 18 s
-    now[0] = 40.0  # 20 s left; the chain needs (18 + 4 x 2 s) x 1.15 = 30 s
+    now[0] = 40.0  # 20 s left; the chain needs (18 + 4 x 2 s) x 1.3 = 34 s
     comp = b.fit_compression(w)
     assert 1 <= comp.stages[0].epochs < 40 and 1 <= comp.stages[1].fine_tune_epochs < 20
     assert b.notes[-1].startswith("budget compression training epochs scaled by")
@@ -187,7 +220,7 @@ def test_the_refit_beside_the_chain_counts_once_in_the_later_stages():
     assert on.refit_beside_compression
     refit, comp = on.refit_s(w), on.compression_s(w)
     assert on.after_cv_s(w) == pytest.approx(max(refit, comp))
-    assert on.later_s([w]) == pytest.approx((on.cv_s([w]) + max(refit, comp) + 3.0) * 1.15)
+    assert on.later_s([w]) == pytest.approx((on.cv_s([w]) + max(refit, comp) + 3.0) * HIGH)
     one_slot = JobBudget(on.exp, train_rows=1000, pool_rows=1400, slots=1, t0=0.0)
     assert not one_slot.refit_beside_compression
     assert one_slot.after_cv_s(w) == pytest.approx(refit + comp)

@@ -182,3 +182,40 @@ def test_a_resumed_sweep_counts_trials_that_ended_before(cluster, tmp_path):
     assert m.counts() == {"running": 1, "completed": 1, "stopped_early": 1, "failed": 1}
     assert m.view.best == 0.95  # reported before it failed; the best value seen
     again.close()
+
+
+class FakeGauge:
+    """``ray.util.metrics.Gauge`` without Ray: keeps each value set, by name and tags."""
+
+    values: dict = {}
+
+    def __init__(self, name, description="", tag_keys=()):
+        self.name = name
+
+    def set(self, value, tags=None):
+        FakeGauge.values[(self.name, tags["stage"] if tags and "stage" in tags else None)] = value
+
+
+def test_each_stage_eta_is_published_with_its_range(monkeypatch, tmp_path):
+    import ray.util.metrics
+
+    from automl._progress import Eta
+    from automl.search._ledger import Ledger
+
+    monkeypatch.setattr(ray.util.metrics, "Gauge", FakeGauge)
+    monkeypatch.setattr(FakeGauge, "values", {})
+    m = SweepMetrics("ranged", refresh_s=0)
+    ledger = Ledger(tmp_path, "val_accuracy", "max", 5, lambda c: int(c["training.epochs"]),
+                    sinks=[m], eta=lambda led: Eta(40.0, 30.0, 70.0) if led.epochs else None)
+    ledger.start(0, CONFIG)
+    assert ("automl_stage_eta_seconds", "sweep") not in FakeGauge.values  # no estimate yet
+    ledger.report(0, {"epoch": 1, "val_accuracy": 0.5})
+    got = {k[0]: v for k, v in FakeGauge.values.items() if k[1] == "sweep"}
+    assert (got["automl_stage_eta_seconds"], got["automl_stage_eta_low_seconds"],
+            got["automl_stage_eta_high_seconds"]) == (40.0, 30.0, 70.0)
+    m.publish_stage("cv", 2, 9, Eta(12.0, 9.0, 15.0), 4.0)
+    assert FakeGauge.values[("automl_stage_eta_low_seconds", "cv")] == 9.0
+    assert FakeGauge.values[("automl_stage_eta_high_seconds", "cv")] == 15.0
+    assert FakeGauge.values[("automl_stage_done", "cv")] == 2
+    ledger.close()
+    m.close()

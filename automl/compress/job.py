@@ -68,7 +68,8 @@ def compress_winner(exp, dataset, splits, run_dir: str | Path, *,
         dataset, splits: the run's ``automl.data.Dataset`` and ``Splits``.
         run_dir: holds ``best/model.pt`` (``TrainState.checkpoint`` format).
         cv_accuracy: the winner configuration's mean CV accuracy, shown in the table.
-        publish: ``(stage, done, total, eta_s)`` goes there as each step ends (metrics).
+        publish: ``(stage, done, total, eta, elapsed_s)`` goes there as each step ends
+            (metrics, the history of estimates: ``automl._progress.Publish``).
         eta_s: an estimate of the whole stage before its first step ends, seconds.
         teacher_fit: the teacher already trained (``fit_and_score(keep_model=True)`` of
             the winner's config on the train rows, e.g. beside the refit, or the winner's

@@ -46,6 +46,11 @@ class BudgetStopper(Stopper):
     def __call__(self, trial_id, result) -> bool:
         return False
 
+    @property
+    def stopped(self) -> bool:
+        """Whether ``over()`` ended the sweep."""
+        return self._stopped
+
     def stop_all(self) -> bool:
         if not self._stopped and self.clock() >= self._next:
             self._next = self.clock() + self.every_s

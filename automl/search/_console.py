@@ -15,7 +15,8 @@ from automl.search._result import COMPLETED, DIVERGED, STOPPED
 class ConsoleProgress:
     """Status line ``trials done/total  running  completed  stopped  failed  best  elapsed
     eta`` (refreshed on every event, terminals only) and a line per ended trial, with the
-    count done, the elapsed time and the ETA (so a log, not only a terminal, shows them)."""
+    count done, the elapsed time and the ETA (so a log, not only a terminal, shows them).
+    The ETA is the point and its 80% range: ``eta 40s (30-70s)``."""
 
     def __init__(self, console: Console):
         self.console = console
@@ -33,7 +34,7 @@ class ConsoleProgress:
             f"sweep  trials {sweep.done}/{sweep.total}  running {sweep.running}  "
             f"completed {e[COMPLETED]}  stopped {e[STOPPED]}  "
             f"failed {e['failed'] + e[DIVERGED]}  best {sweep.metric} {best}  "
-            f"elapsed {sweep.elapsed_s:.0f}s  eta {eta_text(sweep.eta_s)}"))
+            f"elapsed {sweep.elapsed_s:.0f}s  eta {eta_text(sweep.eta)}"))
 
     def start(self, trial: TrialLog, sweep: SweepView) -> None:
         self._refresh(sweep)
@@ -53,7 +54,7 @@ class ConsoleProgress:
         else:
             note = f"{state}: {end.get('reason') or 'see trials.json'}"
         self.console.print(f"  trial {trial.trial_id} {note}  [{sweep.done}/{sweep.total}, "
-                           f"elapsed {sweep.elapsed_s:.0f}s, eta {eta_text(sweep.eta_s)}]",
+                           f"elapsed {sweep.elapsed_s:.0f}s, eta {eta_text(sweep.eta)}]",
                            highlight=False, markup=False)
         self._refresh(sweep)
 

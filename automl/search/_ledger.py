@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from ray.tune import Callback
 
+from automl._progress import Eta
 from automl.search._adapters import TRIAL_KEY
 from automl.search._result import COMPLETED, DIVERGED, FAILED, STOPPED, end_state
 from automl.spec import COST_METRICS
@@ -90,8 +91,8 @@ class SweepView:
         best_trial: the trial that reported it.
         epochs: epoch reports received in this session.
         elapsed_s: seconds since the ledger started (this session).
-        eta_s: seconds the sweep is expected to still take (``automl.search._eta``), or
-            None before it can be estimated.
+        eta: seconds the sweep is expected to still take, with their 80% range
+            (``automl.search._eta``), or None before it can be estimated.
     """
 
     metric: str
@@ -103,7 +104,12 @@ class SweepView:
     best_trial: str | None
     epochs: int
     elapsed_s: float
-    eta_s: float | None = None
+    eta: Eta | None = None
+
+    @property
+    def eta_s(self) -> float | None:
+        """The point estimate of :attr:`eta`, seconds."""
+        return None if self.eta is None else self.eta.s
 
     @property
     def done(self) -> int:
@@ -269,14 +275,15 @@ class Ledger(Callback):
             record the whole config.
         sinks: :class:`TrialSink` objects, called in order.
         clock: seconds, monotonic (tests and simulations pass their own).
-        eta: ``ledger -> seconds still to go`` (or None), for :attr:`SweepView.eta_s`.
+        eta: ``ledger -> seconds still to go with their range`` (or None), for
+            :attr:`SweepView.eta`; called once per event (every sink gets the same view).
     """
 
     def __init__(self, run_dir: Path, metric: str, mode: str, total: int,
                  target_of: Callable[[dict], int],
                  params_of: Callable[[int], dict] | None = None,
                  sinks: Iterable[TrialSink] = (), clock: Callable[[], float] = time.monotonic,
-                 eta: Callable[[Ledger], float | None] | None = None):
+                 eta: Callable[[Ledger], Eta | None] | None = None):
         self.path = Path(run_dir) / "trials.jsonl"
         self.metric, self.mode, self.total = metric, mode, int(total)
         self.target_of, self.params_of = target_of, params_of
@@ -287,6 +294,7 @@ class Ledger(Callback):
         #: session, in order (the sweep's ETA measures per-trial overhead from these)
         self.starts: list[tuple[float, int]] = []
         self._best: tuple[float, str] | None = None
+        self._eta_failed = False
         for t in self.trials.values():
             for row in t.rows:
                 self._consider(t, row)
@@ -305,7 +313,20 @@ class Ledger(Callback):
         best = self._best
         return SweepView(self.metric, self.mode, self.total, running, ended,
                          best[0] if best else None, best[1] if best else None, self.epochs,
-                         self.clock() - self.t0, self.eta(self) if self.eta else None)
+                         self.clock() - self.t0, self._estimate())
+
+    def _estimate(self) -> Eta | None:
+        """The ETA, or None: an estimate that cannot be made (odd figures) never stops the
+        sweep; the first failure is logged."""
+        if self.eta is None:
+            return None
+        try:
+            return self.eta(self)
+        except Exception as e:  # noqa: BLE001 - progress never stops the sweep
+            if not self._eta_failed:
+                log.warning("no ETA (%s: %s)", type(e).__name__, e)
+                self._eta_failed = True
+            return None
 
     def session_reports(self) -> list[dict[str, Any]]:
         """The epoch rows reported in this session (a resumed sweep's earlier ones are not
@@ -327,15 +348,16 @@ class Ledger(Callback):
                                     default=str) + "\n")
 
     def _each(self, method: str, *args) -> None:
+        view = self.view()  # one view (and one ETA) per event, whatever the sinks
         for sink in list(self.sinks):
             try:
-                getattr(sink, method)(*args, self.view())
+                getattr(sink, method)(*args, view)
             except Exception as e:  # a sink never stops the sweep
                 log.warning("%s failed (%s: %s); it is off for the rest of the sweep",
                             type(sink).__name__, type(e).__name__, e)
                 self.sinks.remove(sink)
                 try:
-                    sink.close(self.view())
+                    sink.close(view)
                 except Exception:  # noqa: BLE001 - already reported
                     pass
 
@@ -361,10 +383,11 @@ class Ledger(Callback):
         self._write(number, **row)
         self._each("log", t, row)
 
-    def end(self, number: int, error: str | None = None, state: str | None = None) -> None:
+    def end(self, number: int, error: str | None = None, state: str | None = None,
+            reason: str | None = None) -> None:
         """Trial ``number`` ended: its state follows :func:`end_state` unless ``state``
         is given (e.g. from the study, when a killed driver had told it but not written
-        it). A trial ends once."""
+        it); ``reason`` says why, when no error does. A trial ends once."""
         t = self.trials.setdefault(number, TrialLog(number))
         if t.end is not None:
             return
@@ -372,7 +395,7 @@ class Ledger(Callback):
         if state is None:
             state = end_state(epochs, t.target or epochs, error) if (epochs or error) \
                 else FAILED
-        t.end = {"state": state, "epochs": epochs, "reason": reason_of(error),
+        t.end = {"state": state, "epochs": epochs, "reason": reason_of(error) or reason,
                  "error": error[-4000:] if error else None}
         self._write(number, event="end", **t.end)
         self._each("finish", t)

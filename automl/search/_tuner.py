@@ -36,12 +36,12 @@ from automl.search._adapters import (
 from automl.search._asha import RungPolicy
 from automl.search._checkpoints import TrialCheckpoints
 from automl.search._console import ConsoleProgress
-from automl.search._eta import TrialState, epoch_seconds, sweep_eta
+from automl.search._eta import TrialState, calibrate, epoch_seconds, sweep_quantiles
 from automl.search._front import pareto_of, rank_trials
 from automl.search._ledger import Ledger, TrialLog, TrialSink
 from automl.search._objectives import Objectives
 from automl.search._policy import make_policy
-from automl.search._result import FAILED, SearchResult, TrialRecord
+from automl.search._result import FAILED, SearchResult, TrialRecord, end_state
 from automl.search._sampler import make_sampler
 from automl.search._storage import SoleWriterStorage
 from automl.search._study import StudySearch
@@ -104,30 +104,39 @@ def make_search(exp: Experiment, run_dir: Path, storage=None) -> StudySearch:
         metric_names=Objectives.of(exp.search).metrics)
 
 
-def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None):
-    """``ledger -> seconds still to go`` (:func:`automl.search._eta.sweep_eta`): epoch times
-    measured in this session, the rungs and continue rates of ``policy``."""
+def eta_of(policy: RungPolicy | None, slots: int, time_budget_s: float | None,
+           raw: bool = False):
+    """``ledger -> seconds still to go`` as an :class:`~automl._progress.Eta` (the point
+    and its 80% range: :func:`automl.search._eta.sweep_quantiles`, then
+    :func:`~automl.search._eta.calibrate`), or None before any epoch: epoch times measured
+    in this session, each trial's own, the rungs and continue rates of ``policy``. With
+    ``raw``, the Monte Carlo's ``(q_lo, q_mid, q_hi)`` uncalibrated (what the calibration
+    is fitted on: ``benchmarks/eta.py``)."""
     rungs = policy.rung_epochs() if policy is not None else []
     rf = policy.reduction_factor if policy is not None else None
 
-    def eta(ledger: Ledger) -> float | None:
+    def eta(ledger: Ledger):
         rows = ledger.session_reports()
         if not rows:
             return None
-        epoch_s = epoch_seconds(rows)
         trials = [TrialState(t.rows[-1]["epoch"] if t.rows else 0, t.target or 0,
                              t.end is not None,
-                             policy.bracket_of(t.number) if policy is not None else 0)
+                             policy.bracket_of(t.number) if policy is not None else 0,
+                             epoch_seconds(t.rows) if t.rows else None)
                   for t in ledger.trials.values() if t.started or t.end is not None]
         elapsed = ledger.clock() - ledger.t0
-        return sweep_eta(trials, ledger.total, rungs=rungs,
-                         passed=policy.pass_counts() if policy is not None else {},
-                         reduction_factor=rf, epoch_s=epoch_s,
-                         elapsed_s=elapsed, slots=slots,
-                         epochs_done=ledger.epochs, time_budget_s=time_budget_s,
-                         warm=warm_point(ledger.starts, trials, slots),
-                         # adaptive brackets move: the window new trials are drawn from now
-                         brackets=policy.bracket_weights() if policy is not None else None)
+        q = sweep_quantiles(trials, ledger.total, rungs=rungs,
+                            passed=policy.pass_counts() if policy is not None else {},
+                            reduction_factor=rf, epoch_s=epoch_seconds(rows),
+                            elapsed_s=elapsed, slots=slots,
+                            epochs_done=ledger.epochs, time_budget_s=time_budget_s,
+                            warm=warm_point(ledger.starts, trials, slots),
+                            # adaptive brackets move: the window new trials are drawn from
+                            brackets=policy.bracket_weights() if policy is not None else None)
+        if q is None or raw:
+            return q
+        return calibrate(q, cap_s=None if time_budget_s is None
+                         else max(0.0, time_budget_s - elapsed))
 
     return eta
 
@@ -174,8 +183,9 @@ def run_search(
             stay finished, running ones continue from their checkpoints with the same
             number and config, the rungs are rebuilt from ``trials.jsonl``, and only the
             missing trials are asked for.
-        stop_if: ``ledger -> True`` ends the whole sweep now (running trials stop and are
-            told PRUNED, none is asked for any more): the job budget (``automl.budget``).
+        stop_if: ``ledger -> True`` ends the whole sweep now (none is asked for any more;
+            running trials stop and end at their last report, told PRUNED:
+            :func:`end_budget_stopped`): the job budget (``automl.budget``).
 
     Raises:
         ResourceError: a trial can never be placed (before anything is queued).
@@ -198,6 +208,7 @@ def run_search(
         tune.with_parameters(run_trial, data=DataRef(ray.put(data)), exp=exp, storage=storage),
         {k.lower(): v for k, v in first.items()},
     )
+    stopper = BudgetStopper(lambda: stop_if(ledger)) if stop_if else None
     t0 = time.perf_counter()
     try:
         if search.remaining:
@@ -227,12 +238,14 @@ def run_search(
                         fail_fast=exp.search.fail_fast,
                     ),
                     callbacks=[ledger],
-                    stop=BudgetStopper(lambda: stop_if(ledger)) if stop_if else None,
+                    stop=stopper,
                     verbose=0,
                 ),
             )
             with no_tune_handler():  # Ctrl-C raises here, running trials stay RUNNING
                 tuner.fit()
+            if stopper is not None and stopper.stopped:
+                end_budget_stopped(search, ledger, objectives)
     finally:
         ledger.close()
     wall = time.perf_counter() - t0
@@ -247,6 +260,26 @@ def run_search(
                         exhausted=search.exhausted, objectives=objectives.pairs(),
                         pareto=pareto_of(ranked, objectives),
                         rungs=policy.summary() if policy is not None else None)
+
+
+def end_budget_stopped(search: StudySearch, ledger: Ledger, objectives: Objectives) -> None:
+    """End the trials the job budget stopped while they ran (Tune stops them without a
+    trial event): one that reported an epoch ends at its last report, ``stopped_early``
+    (told PRUNED, as a rung's stop) or ``completed`` when it had run its epochs; one that
+    reported nothing ``failed``. The reason says the budget ended them."""
+    for number, t in sorted(ledger.trials.items()):
+        if t.end is not None or not t.started:
+            continue
+        if not t.rows:
+            search.end(number, FAILED)
+            ledger.end(number, state=FAILED,
+                       reason="the job budget ended the sweep before its first epoch")
+            continue
+        row = t.rows[-1]
+        state = end_state(int(row["epoch"]), t.target or int(row["epoch"]))
+        search.end(number, state, int(row["epoch"]), objectives.value(row),
+                   objectives.constraint_map(row) or None)
+        ledger.end(number, state=state, reason="the job budget ended the sweep")
 
 
 def _reconcile(search: StudySearch, ledger: Ledger, policy, objectives: Objectives,

@@ -269,10 +269,12 @@ def cross_validate(
             folds it already holds (same candidate config, fold plan and fold) are not
             trained again, so a run killed during cross-validation continues at the first
             unscored fold.
-        publish: ``(stage, done, total, eta_s)`` of the fold trainings goes there as each
-            finishes (Prometheus gauges); the console shows the same
+        publish: ``(stage, done, total, eta, elapsed_s)`` of the fold trainings goes there
+            as each finishes (Prometheus gauges, the history of estimates:
+            ``automl._progress.Publish``); the console shows the same
             (:class:`automl._progress.StageProgress`).
-        eta_s: an estimate of the whole stage before a fold has finished, seconds.
+        eta_s: an estimate of the whole stage before a fold has finished, seconds (shown
+            with ``automl._progress.PRIOR_RANGE`` around it).
 
     Raises:
         DataError: a class has fewer rows than folds (see :func:`make_folds`).
