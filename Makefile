@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup search test bench bench-setup bench-quick lint clean
+.PHONY: setup search test bench bench-setup bench-quick lint docs clean
 
 setup: $(STAMP)
 
@@ -41,5 +41,9 @@ bench-quick: setup
 lint: setup
 	$(BIN)/ruff check automl tests benchmarks
 
+# the documentation site on http://127.0.0.1:8000, rebuilt on every change (no hosted copy)
+docs: setup
+	$(BIN)/mkdocs serve
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site

@@ -169,6 +169,8 @@ __all__ = [
 class Experiment(_Strict):
     """A whole validated experiment. Build one with :func:`load_spec`."""
 
+    #: the experiment's name: its run directory's (``<output.dir>/<name>``) unless
+    #: ``--name`` says otherwise, and the default W&B project and registered model name
     name: str = Field("experiment", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     #: ``classification`` or ``regression`` (``automl.task``); None: the data source's
     #: task, or what a metric or loss of one task implies, or, for a table, its target

@@ -45,17 +45,29 @@ class StudentSpec(_Strict):
     ``family`` and any of that family's parameters (the keys of ``model.<family>``);
     parameters left out take the model class's defaults."""
 
+    #: the student's family; it must fit the data's kind
     family: Literal["resnet", "vgg", "mlp", "vit", "resnet1d", "tcn", "transformer1d"]
+    #: as ``model.<family>.depth``; None: the model's default
     depth: int | None = Field(None, ge=1)
+    #: as ``model.<family>.width``; None: the model's default
     width: int | None = Field(None, ge=1)
+    #: as ``model.<family>.stages``; None: the model's default
     stages: int | None = Field(None, ge=1)
+    #: as ``model.<family>.fc_width``; None: the model's default
     fc_width: int | None = Field(None, ge=1)
+    #: as ``model.<family>.patch_size``; None: the model's default
     patch_size: int | None = Field(None, ge=1)
+    #: as ``model.<family>.dim``; None: the model's default
     dim: int | None = Field(None, ge=1)
+    #: as ``model.<family>.heads``; None: the model's default
     heads: int | None = Field(None, ge=1)
+    #: as ``model.<family>.mlp_ratio``; None: the model's default
     mlp_ratio: float | None = Field(None, gt=0)
+    #: as ``model.<family>.dropout``; None: the model's default
     dropout: float | None = Field(None, ge=0, lt=1)
+    #: as ``model.<family>.kernel``; None: the model's default
     kernel: int | None = Field(None, ge=1)
+    #: as ``model.<family>.dilation``; None: the model's default
     dilation: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
@@ -95,11 +107,16 @@ class DistillSpec(_Stage):
     ``student`` trained from scratch for ``epochs`` with temperature ``temperature`` and
     soft-target weight ``alpha``; ``lr`` defaults to ``compression.lr``."""
 
+    #: ``distill``: selects this stage
     stage: Literal["distill"]
     student: StudentSpec
+    #: softmax temperature of the teacher's soft targets
     temperature: float = Field(4.0, gt=0, le=1000)
+    #: weight of the soft-target loss; the labels' loss gets ``1 - alpha``
     alpha: float = Field(0.7, ge=0, le=1)
+    #: epochs the student trains
     epochs: int = Field(30, ge=1, le=100_000)
+    #: the student's learning rate; None: ``compression.lr``
     lr: float | None = Field(None, gt=0, le=1)
 
 
@@ -110,17 +127,31 @@ class PruneSpec(_Stage):
     ``iterative_steps`` steps is followed by ``fine_tune_epochs`` epochs of fine-tuning,
     with the distillation loss against the unpruned model when ``distill_alpha`` > 0."""
 
+    #: ``prune``: selects this stage
     stage: Literal["prune"]
+    #: ``structured``: remove channels (torch-pruning); ``unstructured``: zero weights by
+    #: global magnitude
     method: Literal["structured", "unstructured"] = "structured"
+    #: structured: the fraction of channels removed per layer
     pruning_ratio: float | None = Field(None, gt=0, lt=1)
+    #: structured: prune until MACs are at most this fraction of the original
     macs_target: float | None = Field(None, gt=0, lt=1)
+    #: unstructured: the fraction of weights set to zero
     sparsity: float | None = Field(None, gt=0, lt=1)
+    #: structured: a channel's importance, the L1 or L2 norm of its weights
     importance: Literal["l1", "l2"] = "l2"
+    #: structured: rank channels across all layers instead of within each
     global_pruning: StrictBool = False
+    #: epochs of fine-tuning after each pruning step
     fine_tune_epochs: int = Field(0, ge=0, le=10_000)
+    #: pruning steps, each followed by fine-tuning
     iterative_steps: int = Field(1, ge=1, le=1000)
+    #: the fine-tuning learning rate; None: ``compression.lr``
     lr: float | None = Field(None, gt=0, le=1)
+    #: weight of the distillation loss against the unpruned model while fine-tuning (0: the
+    #: labels' loss alone)
     distill_alpha: float = Field(0.0, ge=0, le=1)
+    #: softmax temperature of that distillation loss
     distill_temperature: float = Field(4.0, gt=0, le=1000)
 
     @field_validator("pruning_ratio", "macs_target")
@@ -146,9 +177,14 @@ class QuantizeSpec(_Stage):
     quantization calibrated on ``calibration_batches`` training batches (conv nets).
     Skipped, with the reason, when the model has nothing to quantize."""
 
+    #: ``quantize``: selects this stage
     stage: Literal["quantize"]
+    #: ``dynamic``: int8 weights of ``nn.Linear`` layers; ``static``: activation scales
+    #: calibrated too, convolutions included
     method: Literal["dynamic", "static"] = "dynamic"
+    #: training batches that calibrate static quantization
     calibration_batches: int = Field(8, ge=1, le=10_000)
+    #: the quantized engine of the convolutions' FX fallback
     backend: Literal["x86", "fbgemm"] = "x86"
 
 
@@ -174,12 +210,19 @@ class CompressionSpec(_Strict):
     fine-tuning); ``cuda`` needs a GPU. Quantization and latency stay on the CPU.
     """
 
+    #: run the chain; None: true when stages are listed
     enabled: bool | None = None
+    #: the stages, run in order, each on the last accepted model
     stages: list[StageSpec] = []
+    #: the learning rate of stages that train, unless a stage sets its own
     lr: float = Field(1e-3, gt=0, le=1)
+    #: the batch size of stages that train
     batch_size: int = Field(64, ge=2)
+    #: seeds student initialisation and batch order
     seed: int = 0
+    #: CPU threads of latency measurements
     latency_threads: int = Field(1, ge=1, le=256)
+    #: timed runs per latency measurement (the median is kept)
     latency_repeats: int = Field(30, ge=3, le=100_000)
     max_slowdown: float | None = Field(0.10, ge=0, le=100, description=(
         "how much slower at batch 1 than the model it came from a stage's model may be, as "

@@ -97,10 +97,15 @@ class _Strict(BaseModel):
 class FloatDomain(_Strict):
     """A float range, ``low <= x <= high`` (``optuna.Trial.suggest_float``)."""
 
+    #: ``float``: selects this domain
     type: Literal["float"]
+    #: the smallest value
     low: float
+    #: the largest value
     high: float
+    #: sample on a log scale (needs ``low`` > 0; not with ``step``)
     log: bool = False
+    #: sample multiples of ``step`` above ``low`` only; None: continuous
     step: float | None = None
 
     @model_validator(mode="after")
@@ -117,10 +122,15 @@ class FloatDomain(_Strict):
 class IntDomain(_Strict):
     """An integer range, ``low <= x <= high`` inclusive (``optuna.Trial.suggest_int``)."""
 
+    #: ``int``: selects this domain
     type: Literal["int"]
+    #: the smallest value
     low: int
+    #: the largest value (inclusive)
     high: int
+    #: sample on a log scale (needs ``low`` > 0; not with ``step``)
     log: bool = False
+    #: sample every ``step``-th value from ``low``; None: 1
     step: int | None = None
 
     @model_validator(mode="after")
@@ -138,7 +148,9 @@ Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 class CategoricalDomain(_Strict):
     """A choice among scalars of one type (``optuna.Trial.suggest_categorical``)."""
 
+    #: ``categorical``: selects this domain
     type: Literal["categorical"]
+    #: the values, all of one type (numbers, strings or booleans), none twice
     choices: list[Scalar]
 
     @field_validator("choices")

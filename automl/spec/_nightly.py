@@ -48,12 +48,18 @@ class NightlySpec(_Strict):
     """
 
     warm_start: str | None = Field(None, min_length=1)
+    #: the previous run's top configurations (its CV winner first) evaluated first
     warm_start_top_k: int = Field(3, ge=0, le=100)
+    #: add the previous study's finished trials that fit this spec's space to the new study
     warm_start_history: bool = True
     transfer: bool = False
     promote: bool = False
+    #: the registry alias of the champion (of ``registry.name``)
     champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+    #: the smallest mean paired CV gain in ``selection.metric`` that promotes the new winner
     champion_margin: float = Field(0.0, ge=0, lt=1)
+    #: also require the paired t-test's one-sided p-value to be below this; None: the margin
+    #: alone
     alpha: float | None = Field(None, gt=0, lt=1)
 
     @field_validator("champion_alias")

@@ -44,7 +44,9 @@ class ImputeSpec(_Strict):
     """How missing feature values are filled (scikit-learn ``SimpleImputer`` strategies),
     fitted on training rows only."""
 
+    #: how a missing numeric feature is filled
     numeric: Literal["mean", "median", "most_frequent"] = "median"
+    #: how a missing categorical feature is filled (``constant``: one fixed fill value)
     categorical: Literal["most_frequent", "constant"] = "most_frequent"
 
 
@@ -126,14 +128,28 @@ class DataSpec(_Strict):
     ``(N, C, H, W)`` are images.
     """
 
+    #: where the rows come from: a bundled scikit-learn set, MNIST-1D generated locally, or
+    #: a file kind read from ``path``
     source: str = "digits"
+    #: the file or folder of a file source (``csv``, ``parquet``, ``npz``,
+    #: ``image_folder``), relative to the working directory
     path: str | None = None
+    #: the label column of a ``csv`` or ``parquet`` table (required there); the target array
+    #: of an ``npz`` (None: ``y``)
     target: str | None = None
+    #: how an npz ``X`` is read: ``signal`` for 1D signals; None: by its shape (``(N, F)``
+    #: tabular, ``(N, H, W)`` or ``(N, C, H, W)`` images)
     kind: Literal["image", "tabular", "signal"] | None = None
+    #: an ``image_folder``'s images are resized to this side (pixels, square); None: they
+    #: must all have one size
     image_size: int | None = Field(None, ge=1)
+    #: the fraction of all rows held out as the test split, never searched on
     test_size: float = Field(0.2, gt=0, lt=1)
+    #: the fraction of all rows that trials are validated on during the search
     val_size: float = Field(0.2, gt=0, lt=1)
+    #: seeds the train/validation/test split and the cross-validation folds
     seed: int = 0
+    #: remove exact duplicate rows before splitting
     dedupe: bool = True
     impute: ImputeSpec = ImputeSpec()
     augment: AugmentSpec = AugmentSpec()
@@ -204,36 +220,52 @@ class DataSpec(_Strict):
 class ResNetSpace(_Strict):
     """CIFAR-style ResNet (He et al. 2016): residual blocks per stage and base width."""
 
+    #: basic blocks per stage (1 to 4)
     depth: Domain = 1
+    #: channels of the first stage; each later stage doubles them
     width: Domain = 16
+    #: stages (1 to 5)
     stages: Domain = 3
 
 
 class VGGSpace(_Strict):
     """VGG-style net (Simonyan & Zisserman 2014): conv blocks and base width."""
 
+    #: conv blocks, each 2 x (conv3x3, BatchNorm, ReLU) and a 2x2 max-pool
     depth: Domain = 2
+    #: channels of the first block; each later block doubles them, up to 8 x width
     width: Domain = 32
+    #: units of the hidden fully connected layer
     fc_width: Domain = 128
+    #: dropout probability before the last linear layer
     dropout: Domain = 0.0
 
 
 class MLPSpace(_Strict):
     """Multi-layer perceptron: hidden layers, width, dropout."""
 
+    #: hidden layers
     depth: Domain = 2
+    #: units per hidden layer
     width: Domain = 128
+    #: dropout probability after each hidden layer
     dropout: Domain = 0.0
 
 
 class ViTSpace(_Strict):
     """Small vision transformer (Dosovitskiy et al. 2021)."""
 
+    #: side of the square patches in pixels; must divide the image's height and width
     patch_size: Domain = 2
+    #: token embedding width
     dim: Domain = 64
+    #: encoder layers
     depth: Domain = 2
+    #: attention heads; must divide ``dim``
     heads: Domain = 4
+    #: feed-forward width / ``dim``
     mlp_ratio: Domain = 2.0
+    #: dropout probability inside the encoder and after the embedding
     dropout: Domain = 0.0
 
 
@@ -241,7 +273,9 @@ class ResNet1dSpace(_Strict):
     """1D ResNet for time series (Wang et al. 2017): residual blocks (kernels 8, 5, 3) and
     the channels of the first block (later blocks have twice as many)."""
 
+    #: residual blocks
     depth: Domain = 3
+    #: channels of the first block; the others have twice as many
     width: Domain = 64
 
 
@@ -249,10 +283,15 @@ class TCNSpace(_Strict):
     """Temporal convolutional network (Bai et al. 2018): residual blocks, channels, kernel
     size, dilation growth per block (1 = undilated) and dropout."""
 
+    #: residual blocks
     depth: Domain = 4
+    #: channels of every block
     width: Domain = 32
+    #: kernel size of the causal convolutions
     kernel: Domain = 3
+    #: block ``i`` dilates its convolutions by ``dilation**i`` (1: undilated)
     dilation: Domain = 2
+    #: dropout probability after each convolution
     dropout: Domain = 0.0
 
 
@@ -260,11 +299,17 @@ class Transformer1dSpace(_Strict):
     """Transformer encoder over a 1D sequence: time steps per token (patch), token width,
     layers, heads, feed-forward ratio and dropout."""
 
+    #: time steps per token (1: every time step is a token)
     patch_size: Domain = 4
+    #: token embedding width
     dim: Domain = 64
+    #: encoder layers
     depth: Domain = 2
+    #: attention heads; must divide ``dim``
     heads: Domain = 4
+    #: feed-forward width / ``dim``
     mlp_ratio: Domain = 2.0
+    #: dropout probability inside the encoder and after the embedding
     dropout: Domain = 0.0
 
 
@@ -275,6 +320,8 @@ _INT_ARCH_KEYS = {"depth", "width", "stages", "fc_width", "patch_size", "dim", "
 class ModelSpec(_Strict):
     """The architecture search space: ``family`` selects which sub-section applies."""
 
+    #: the architecture family; a categorical searches several, each with the parameters of
+    #: its sub-section
     family: Domain = "resnet"
     resnet: ResNetSpace = ResNetSpace()
     vgg: VGGSpace = VGGSpace()
@@ -310,7 +357,9 @@ class ModelSpec(_Strict):
 class SGDSpace(_Strict):
     """SGD-only hyperparameters, sampled only when ``optimizer`` is ``sgd``."""
 
+    #: SGD's momentum
     momentum: Domain = 0.9
+    #: Nesterov momentum
     nesterov: Domain = False
 
 
@@ -319,7 +368,9 @@ class GuardSpec(_Strict):
     ``max_loss_ratio`` x its starting loss (first batch), or whose gradient norm exceeds
     ``max_grad_norm`` is stopped and reported to the searcher as failed."""
 
+    #: stop a trial whose epoch loss exceeds this many times its starting loss; None: off
     max_loss_ratio: float | None = Field(10.0, gt=1)
+    #: stop a trial whose gradient norm exceeds this; None: off
     max_grad_norm: float | None = Field(None, gt=0)
 
 
@@ -330,13 +381,21 @@ class TrainingSpec(_Strict):
     at its last epoch and, when > 0, every that many epochs (what a crashed trial or a
     killed sweep continues from; 0 keeps only the first two)."""
 
+    #: the optimizer (``torch.optim``); ``sgd`` also samples ``training.sgd``
     optimizer: Domain = "adam"
+    #: the learning rate the schedule starts from
     lr: Domain = 1e-3
+    #: training rows per batch
     batch_size: Domain = 64
+    #: epochs a trial trains unless a rung stops it first (the fidelity ASHA cuts)
     epochs: Domain = 10
+    #: the optimizer's weight decay (decoupled for ``adamw``)
     weight_decay: Domain = 0.0
+    #: weight initialisation (``automl.models.init``); ``default``: PyTorch's own
     init: Domain = "default"
+    #: ``cosine``: per-step cosine decay to 0 over the trial's epochs; ``constant``: none
     lr_schedule: Literal["cosine", "constant"] = "cosine"
+    #: label smoothing of the cross-entropy loss (classification only)
     label_smoothing: float = Field(0.0, ge=0, lt=1)
     #: the training loss: ``cross_entropy`` (classification), ``mse`` or ``huber``
     #: (regression), fixed or searched (a categorical); None: the task's first
@@ -385,7 +444,9 @@ class ObjectiveSpec(_Strict):
     validation scores after each epoch, or a cost measured once: ``params``, ``macs``,
     ``model_bytes``, ``latency_ms``) and whether larger is better."""
 
+    #: a metric every trial reports after each epoch, or a cost measured once
     metric: str
+    #: whether larger (``max``) or smaller is better; None: the metric's own direction
     mode: Literal["max", "min"] | None = None
 
 
@@ -394,8 +455,11 @@ class ConstraintSpec(_Strict):
     or both). An infeasible trial ranks below every feasible one at each rung and in the
     Pareto front, and Optuna's sampler is told through ``constraints_func``."""
 
+    #: the metric bounded: any per-epoch metric or cost
     metric: str
+    #: the largest feasible value; None: no upper bound
     max: float | None = None
+    #: the smallest feasible value; None: no lower bound
     min: float | None = None
 
     @model_validator(mode="after")
@@ -423,15 +487,22 @@ class SearchSpec(_Strict):
     #: with constraints, TPE (``automl.search._sampler.base_sampler``)
     sampler: Literal["auto", "tpe", "multivariate_tpe", "random", "cmaes", "gp", "qmc",
                      "nsga2"] = "auto"
+    #: seeds the sampler (plus the trials the study already holds) and every trial's
+    #: training
     seed: int = 0
+    #: trials to run (fewer when every configuration of a finite space was tried)
     num_samples: int = Field(32, ge=1, le=100_000)
+    #: seconds the sweep may run (Ray Tune's ``time_budget_s``); None: no limit
     time_budget_s: float | None = Field(None, gt=0)
     #: None: the task's first per-epoch metric (:data:`TASK_METRICS`), once the task is
     #: known (``Experiment.task``, or the target of a table)
     metric: str | None = None
+    #: whether ``metric`` is better larger (``max``) or smaller; None: the metric's own
+    #: direction (the other one is refused)
     mode: Literal["max", "min"] | None = None
     objectives: list[ObjectiveSpec] | None = None
     constraints: list[ConstraintSpec] = []
+    #: trials drawn at random before a model sampler takes over
     n_startup_trials: int = Field(8, ge=0)
     #: share of trials after the start-up ones drawn at random instead of by a model
     #: sampler (:data:`MODEL_SAMPLERS`): SMAC's and BOHB's random interleaving
@@ -560,10 +631,18 @@ class SchedulerSpec(_Strict):
     ``ASHAScheduler``: with ``brackets: 1`` the same decisions). The rank rule had the
     better average rank on the search-quality suite."""
 
+    #: ``asha``: early stopping at rungs; ``none``: every trial runs all its epochs
     type: Literal["asha", "none"] = "asha"
+    #: epochs every trial runs before its first rung
     grace_period: int = Field(1, ge=1)
+    #: rungs sit at ``grace_period * reduction_factor**k`` epochs, and the top
+    #: 1/reduction_factor of the trials at a rung continue
     reduction_factor: float = Field(3.0, ge=2)
+    #: the most epochs a trial runs (ASHA's ``max_t``); None: the largest value of
+    #: ``training.epochs``
     max_epochs: int | None = Field(None, ge=1)
+    #: Hyperband brackets: ``auto`` (2, with an adaptive start rung) or a fixed count (1:
+    #: plain ASHA)
     brackets: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = "auto"
     cutoff: Literal["rank", "quantile"] = "rank"
 
@@ -580,17 +659,24 @@ class SelectionSpec(_Strict):
     failing. ``timeout_s`` bounds the whole cross-validation (seconds).
     """
 
+    #: trials of the search that cross-validation re-scores
     top_k: int = Field(3, ge=1)
+    #: folds of the stratified k-fold cross-validation
     cv_folds: int = Field(5, ge=2, le=50)
+    #: times the k folds are drawn, each time differently
     cv_repeats: int = Field(1, ge=1, le=20)
     #: the fold score that decides (:data:`TASK_CV_METRICS`); None: the task's first
     #: (``accuracy``; ``r2`` for regression, scale-free, so ``tie_tolerance`` means the same
     #: on every target)
     metric: str | None = None
+    #: CV means within this of the best one are a tie, which the smaller model wins
     tie_tolerance: float = Field(0.002, ge=0, lt=1)
     fold_halving: bool = False
+    #: with ``fold_halving``: how far behind the fold-1 leader a candidate may be and still
+    #: run the other folds
     halving_margin: float = Field(0.01, ge=0, lt=1)
     allow_fewer_folds: bool = False
+    #: seconds the whole cross-validation may take
     timeout_s: float = Field(1800.0, gt=0)
     #: multi-objective searches: the winner among the cross-validated front, its knee
     #: (``automl.search.knee``) or its best ``metric`` within the constraints
@@ -614,17 +700,27 @@ class ResourcesSpec(_Strict):
     with ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs, plus a tiny driver.
     """
 
+    #: data-parallel workers per trial; 2 or more run a Ray Train ``TorchTrainer``
     workers_per_trial: int = Field(1, ge=1, le=1024)
+    #: CPUs per worker (its torch threads match)
     cpus_per_worker: float = Field(1.0, gt=0)
+    #: GPUs per worker; a fraction shares a GPU among trials (one worker per trial only)
     gpus_per_worker: float = Field(0.0, ge=0)
     # what one worker process needs in RAM (torch + data + model: ~0.5 GB for digits);
     # admission bounds concurrency by memory as well as CPUs
     memory_per_worker_mb: int = Field(768, ge=64)
+    #: how a trial of several workers shards its model: ``ddp`` or ``fsdp`` (GPUs only)
     strategy: Literal["ddp", "fsdp"] = "ddp"
+    #: autocast precision; ``bf16`` and ``fp16`` need GPUs
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    #: trials at once; ``auto``: as many as admission can place on the cluster
     concurrent_trials: Union[Literal["auto"], Annotated[int, Field(ge=1)]] = "auto"
+    #: times a failed trial is retried (or its worker group restarted) from its last
+    #: checkpoint
     max_failures: int = Field(1, ge=0)
+    #: logical CPUs of a local Ray instance; None: this machine's cores
     num_cpus: int | None = Field(None, ge=1)
+    #: the object store of a local Ray instance, in MiB
     object_store_mb: int = Field(512, ge=80)
 
     @model_validator(mode="after")
@@ -663,8 +759,11 @@ class OutputSpec(_Strict):
     ``dir`` on a shared filesystem declared with ``shared: true``.
     """
 
+    #: the folder that holds run directories (``<dir>/<name>``)
     dir: str = "runs"
+    #: ``dir`` is on a filesystem every node of the cluster reaches
     shared: bool = False
+    #: where trial checkpoints go on a cluster of several nodes (``s3://...``, ``gs://...``)
     storage_uri: str | None = Field(None, pattern=r"^[a-z][a-z0-9+.-]*://\S+$")
 
 
@@ -678,10 +777,15 @@ class TrackingSpec(_Strict):
     itself never goes into the spec. ``project`` defaults to the experiment name.
     """
 
+    #: ``wandb``: one W&B run per trial; ``none``: no W&B
     backend: Literal["none", "wandb"] = "wandb"
+    #: ``auto``: online when a W&B API key is configured, else offline
     mode: Literal["offline", "online", "auto"] = "auto"
+    #: the W&B project; None: the experiment name
     project: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+    #: the W&B entity (user or team); None: W&B's default for the key
     entity: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+    #: write TensorBoard event files, one folder per trial
     tensorboard: bool = True
 
 
@@ -692,8 +796,11 @@ class RegistrySpec(_Strict):
     name) defaults to the experiment name.
     """
 
+    #: register the winner and the accepted compressed models
     enabled: bool = True
+    #: the registry folder; None: ``<output.dir>/registry``
     dir: str | None = None
+    #: the registered model's name; None: the experiment name
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
