@@ -17,6 +17,7 @@ PKG = REPO / "automl"
 #: to the same layer or a lower one
 LAYER = {
     "errors": 0, "_redact": 0, "_io": 0, "_yaml": 0, "_lazy": 0, "rundir": 0, "_progress": 0,
+    "_interrupt": 0,
     "spec": 1,
     "space": 2, "data": 2, "models": 2,
     "train": 3, "cluster": 3, "determinism": 3,
@@ -25,7 +26,7 @@ LAYER = {
     "compress": 6,
     "tracking": 7, "monitoring": 7, "registry": 7, "publish": 7, "card": 7,
     "report": 8, "dashboard": 8,
-    "pipeline": 9, "reproduce": 9, "budget": 9,
+    "pipeline": 9, "reproduce": 9, "budget": 9, "prepare": 9,
     "nightly": 10,
     "jobs": 11, "_cli_jobs": 11, "cli": 11, "__main__": 11, "__init__": 11,
 }
