@@ -152,6 +152,8 @@ def validate(spec: Path = typer.Argument(..., help="experiment spec (YAML)")) ->
         console.print(f"warning: sampler {exp.search.sampler} samples categorical parameters at "
                       "random (Optuna's independent sampler); tpe models them", style="yellow")
     console.print(prepared.line(), markup=False, highlight=False)
+    for note in prepared.notes:  # the user's own model: where it was found, what it built
+        console.print(f"model  {note}", markup=False, highlight=False)
     console.print(f"{spec}: valid")
 
 

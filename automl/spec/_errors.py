@@ -94,8 +94,10 @@ def _loc(err: dict) -> list[str]:
     loc = [p for p in loc if not p.startswith(("function-after", "function-before",
                                                 "constrained-", "literal["))
            and p not in ("str", "bool", "float", "list", "dict", "none")]
-    # a compression stage's tag (compression.stages.1.prune.ratio) is not a key the user wrote
-    return [p for i, p in enumerate(loc) if not (p in STAGE_NAMES and i and loc[i - 1].isdigit())]
+    # a compression stage's tag (compression.stages.1.prune.ratio) is not a key the user
+    # wrote, nor is the field that holds the sections keyed by import paths
+    return [p for i, p in enumerate(loc) if not (p in STAGE_NAMES and i and loc[i - 1].isdigit())
+            and not (p == "user_sections" and i and loc[i - 1] == "model")]
 
 
 def _describe(errors: list[dict], loc: list[str], data: dict,
