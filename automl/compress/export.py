@@ -46,8 +46,9 @@ class ExportResult:
     rows: ``max_abs_diff`` of the logits, ``outputs_match`` (within atol + rtol*|ref|) and
     ``argmax_agreement`` (share of identical predicted classes). ``checked_with`` names
     the reloaded file the check ran on: ``torchscript``, or ``state_dict`` (rebuilt from
-    the recipe) when TorchScript cannot trace the model (``script_skipped`` says why; e.g.
-    torchao's int8 tensors), or None when neither can be reloaded here."""
+    the recipe) when TorchScript cannot trace the model or its reloaded trace does not
+    reproduce it (``script_skipped`` says why; e.g. torchao's int8 tensors, a model whose
+    Python branches on its data), or None when neither can be reloaded here."""
 
     state_dict_path: Path
     config_path: Path

@@ -125,9 +125,10 @@ def _import(import_path: str, roots: list[Path]) -> Callable[..., Any]:
         raise _raised(import_path, module_name, e) from None
     except Exception as e:  # noqa: BLE001 - the user's module raised while importing
         raise _raised(import_path, module_name, e) from None
+    missing = object()
     for i, part in enumerate(attr.split(".")):
-        owner, obj = obj, getattr(obj, part, None)
-        if obj is None:
+        owner, obj = obj, getattr(obj, part, missing)
+        if obj is missing:
             have = sorted(n for n in dir(owner) if not n.startswith("_")
                           and callable(getattr(owner, n, None)))
             near = difflib.get_close_matches(part, have, n=1)

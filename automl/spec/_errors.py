@@ -200,7 +200,7 @@ def _suggest(loc: list[str], data: dict, root: type[BaseModel]) -> str:
             model = {"float": FloatDomain, "int": IntDomain, "categorical": CategoricalDomain}.get(
                 node.get("type")
             )
-    valid = list(model.model_fields) if model else []
+    valid = [f for f in model.model_fields if f != "user_sections"] if model else []
     near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
     if near:
         return f"; did you mean '{near[0]}'?"
