@@ -243,6 +243,10 @@ def _lineage(c: CardInput) -> list[str]:
             ["data sha256", f"`{lin.get('data_sha256')}`"],
             ["parent", lin.get("parent") or "-"],
             ["compression", " -> ".join(lin.get("compression") or []) or "-"]]
+    for m in lin.get("user_models") or []:  # the user's own model code
+        rows.append([f"model code `{m['import_path']}`",
+                     f"version {m.get('version') or '-'}, source sha256 `{m['sha256']}` "
+                     f"({m['files']} file(s) in `{m['shipped'] or m['root']}`)"])
     params = lin.get("params")
     lines = ["## Lineage", "", *_table(["", ""], rows), ""]
     if params:
@@ -257,8 +261,9 @@ def snippet(c: CardInput) -> str:
     """The Python loading snippet: every way this version can be loaded, run on one random
     batch; prints one line per way (``pytorch`` or, for an ONNX-only version,
     ``registry``; ``torchscript``; ``onnx``) with the predicted classes (regression: the
-    predicted values, rounded to 3 significant digits), then checks they agree (the same
-    file or weights behind each)."""
+    predicted values), then checks they agree (the same file or weights behind each). A
+    user's own model is imported first, from the folder the run imported it from (lineage
+    ``user_models``)."""
     regression = _task(c) == "regression"
     # classes, or values rounded so that engines' last-bit differences do not count
     take = (".reshape(-1).tolist()" if regression else ".argmax(1).tolist()")
@@ -270,7 +275,16 @@ def snippet(c: CardInput) -> str:
     way = "registry" if c.kind == "onnx-int8" else "pytorch"  # an ONNX-only version loads
     # as an ONNX Runtime session behind the registry's call
     shape = ", ".join(str(d) for d in c.input_shape)
-    lines = ["import torch", "", "from automl.registry import Registry", "",
+    code = []  # the user's own model: its factory imported from where the run found it
+    for m in c.lineage.get("user_models") or []:
+        module, attr = m["import_path"].split(":", 1)
+        if m.get("shipped") and not code:
+            code += ["import sys", ""]
+        if m.get("shipped"):
+            code += [f"sys.path.insert(0, {m['root']!r})  # the folder {module} came from"]
+        code += [f"from {module} import {attr.split('.')[0]}  # noqa: F401 - the model's "
+                 f"factory, {m['import_path']}", ""]
+    lines = [*code, "import torch", "", "from automl.registry import Registry", "",
              "torch.manual_seed(0)",
              f"x = torch.rand(4, {shape})  # 4 inputs as the model takes them (preprocessed)",
              "preds = {}", "",

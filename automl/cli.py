@@ -156,6 +156,8 @@ def validate(spec: Path = typer.Argument(..., help="experiment spec (YAML)")) ->
     if line := prepared.task_line():
         console.print(line, markup=False, highlight=False)
     console.print(prepared.line(), markup=False, highlight=False)
+    for note in prepared.notes:  # the user's own model: where it was found, what it built
+        console.print(f"model  {note}", markup=False, highlight=False)
     console.print(f"{spec}: valid")
 
 

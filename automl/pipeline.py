@@ -135,13 +135,18 @@ def spec_hash(exp: Experiment) -> str:
 
 
 def start_run_dir(exp: Experiment, run_dir: Path, info: dict) -> None:
-    """Create the run directory with its ``spec.yaml`` (the resolved spec) and
-    ``data.json`` (what the data were: checksum, sizes, cleaning)."""
+    """Create the run directory with its ``spec.yaml`` (the resolved spec), ``data.json``
+    (what the data were: checksum, sizes, cleaning) and, when the spec names the user's
+    own model, ``user_models.json`` (its import path, folder, version and source sha256)."""
     import yaml
 
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text(run_dir / "spec.yaml", yaml.safe_dump(exp.to_dict(), sort_keys=False))
     write_json(run_dir / "data.json", info)
+    if exp.model.user_families():  # where the user's model came from (automl.models.user)
+        from automl.models.user import write_record
+
+        write_record(run_dir, exp)
 
 
 class Stages:
@@ -228,6 +233,7 @@ def run_main_job(
         line = cluster.stop_leftover(run_dir)
         if line:
             console.print(line, highlight=False)
+        _use_recorded_code(run_dir, console)
     prepared = prepared or prepare(exp, console)
     exp = prepared.exp or exp  # the task decided (a table's target decides an unset one)
     dataset, splits, data_info = prepared.dataset, prepared.splits, prepared.info
@@ -243,7 +249,7 @@ def run_main_job(
     t_ray = time.perf_counter()
     handle = cluster.connect(address, exp.resources.num_cpus, exp.resources.object_store_mb,
                              dashboard_host=dashboard_host, dashboard_port=dashboard_port,
-                             metrics_export_port=metrics_port)
+                             metrics_export_port=metrics_port, py_modules=_user_code(exp))
     try:
         console.print(f"ray    {'started locally' if handle.started else 'connected'} in "
                       f"{time.perf_counter() - t_ray:.1f}s"
@@ -384,6 +390,26 @@ def _both(*hooks):
             except Exception:  # noqa: BLE001 - progress never stops the job
                 live.remove(h)
     return publish
+
+
+def _use_recorded_code(run_dir: Path, console: Console) -> None:
+    """A run of the user's own model, resumed or re-read: its module imports from where
+    the run imported it (``user_models.json``); a changed source is said in one line."""
+    if not (Path(run_dir) / "user_models.json").is_file():
+        return
+    from automl.models.user import read_record, use_record
+
+    for line in use_record(read_record(run_dir)):
+        console.print(f"warning: {line}", style="yellow", highlight=False)
+
+
+def _user_code(exp: Experiment) -> list[str] | None:
+    """The user's model code Ray's workers need (``py_modules``), or None without it."""
+    if not exp.model.user_families():
+        return None
+    from automl.models.user import ship
+
+    return ship(exp) or None
 
 
 def _stage_publisher(sinks):

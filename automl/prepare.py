@@ -1,14 +1,16 @@
 """The data stage of a run, before any cluster starts: load and clean the data, check its
 kind against the spec, split it, check the fold plan, and fit the search's preprocessing
 on the train rows. ``automl search`` runs it before Ray starts and ``automl validate``
-runs it instead of a search, so both refuse the same data in the same one line.
+runs it instead of a search, so both refuse the same data in the same one line. A spec
+that names the user's own model (an import path) has its factory imported, checked and
+called once here, on the data's input shape (``automl.models.user``).
 
-Imports neither ray nor torch.
+Imports neither ray nor torch (torch only for a user's model).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -25,7 +27,8 @@ class Prepared:
     Attributes:
         dataset: the ``automl.data.Dataset``; splits: its ``Splits``; info: the
             ``data.json`` description; search_data: the search's ``TrialData`` arrays
-            ``(X_train, y_train, X_val, y_val)``.
+            ``(X_train, y_train, X_val, y_val)``; notes: lines to print after the data line
+            (a user's factory that raised for the configuration it was tried with).
     """
 
     dataset: Any
@@ -34,6 +37,7 @@ class Prepared:
     search_data: tuple
     #: the experiment with its task decided (a table's target column decides an unset one)
     exp: Experiment | None = None
+    notes: tuple[str, ...] = field(default=())
 
     def line(self) -> str:
         """The data line a run prints: rows, input shape, classes (regression: the
@@ -86,10 +90,17 @@ def prepare(exp: Experiment, console: Console | None = None) -> Prepared:
     Raises:
         DataError: the data cannot be loaded, hold another kind than the spec's choices
             need, or a class is too small for the split or folds.
+        SpecError: a user's model family cannot be imported, its factory does not fit its
+            section, or it builds no ``nn.Module`` with the data's shape
+            (``automl.models.user.resolve`` and ``probe``).
     """
     from automl.data import fit_transform, load_dataset, split_dataset
     from automl.selection import make_folds
 
+    if exp.model.user_families():  # a wrong import path fails before the data are read
+        from automl.models.user import resolve
+
+        resolve(exp)
     dataset = load_dataset(exp.data, exp.task)
     exp = exp.with_task(dataset.task)  # a table's target decided an unset task
     check_kind(exp, dataset)
@@ -102,11 +113,19 @@ def prepare(exp: Experiment, console: Console | None = None) -> Prepared:
     )
     info = {**dataset.describe(), "split": splits.sizes(),
             "model_input_shape": list(X_tr.shape[1:])}  # after one-hot encoding
-    prepared = Prepared(dataset, splits, info, (X_tr, y_tr, X_val, y_val), exp)
+    notes: list[str] = []
+    if exp.model.user_families():
+        from automl.models.user import probe
+
+        notes = probe(exp, tuple(X_tr.shape[1:]), dataset.output_size)
+    prepared = Prepared(dataset, splits, info, (X_tr, y_tr, X_val, y_val), exp=exp,
+                        notes=tuple(notes))
     if console is not None:
         if line := prepared.task_line():
             console.print(line, highlight=False, markup=False)
         console.print(prepared.line(), highlight=False)
+        for note in notes:
+            console.print(f"model  {note}", highlight=False, markup=False)
     return prepared
 
 

@@ -83,11 +83,15 @@ def _search_val(run_dir: Path, best: dict, trial_id: str | None) -> dict | None:
 
 def _base_lineage(run_dir: Path, summary: dict) -> dict[str, Any]:
     """What every version registered from one run shares: sweep, run dir, spec and data
-    hashes, metric."""
+    hashes, metric and, for a user's own model, its code (``user_models``: import path,
+    folder, version, source sha256; what ``Registry.load`` imports it from)."""
+    from automl.models.user import read_record
+
+    code = [m.to_dict() for m in read_record(run_dir).values()]
     return {"sweep": Path(run_dir).name, "run_dir": str(Path(run_dir).resolve()),
             "spec_sha256": summary.get("spec_sha256"),
             "data_sha256": (summary.get("data") or {}).get("sha256"),
-            "metric": summary.get("metric")}
+            "metric": summary.get("metric"), **({"user_models": code} if code else {})}
 
 
 def _card(exp: Experiment, summary: dict, kind: str, files: dict, lineage: dict,
@@ -143,7 +147,13 @@ def winner_formats(run_dir: Path, summary: dict) -> tuple[dict[str, Path], dict[
                 "script_skipped")
         return files, measurement
     from automl.card import measure_checkpoint
-    from automl.compress.onnx_export import OnnxModel, export_onnx, ort_latency_ms
+    from automl.compress.onnx_export import (
+        OnnxModel,
+        export_onnx,
+        ort_latency_ms,
+        parity_problem,
+        run_session,
+    )
     from automl.models.cost import quiet
     from automl.train import load_checkpoint
 
@@ -151,15 +161,25 @@ def winner_formats(run_dir: Path, summary: dict) -> tuple[dict[str, Path], dict[
     measurement = {**measure_checkpoint(best), **dict.fromkeys(ONNX_KEYS),
                    "size_bytes": best.stat().st_size, "input_shape": list(shape)}
     x = torch.rand(64, *ckpt["input_shape"], generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(x)
     try:
         with quiet(), torch.no_grad():
             torch.jit.save(torch.jit.trace(model, x[:2], check_trace=False), str(out / "model.ts"))
+            got = torch.jit.load(str(out / "model.ts"))(x)
+        if got.shape != ref.shape or not torch.allclose(got, ref, atol=1e-4, rtol=1e-4):
+            raise ValueError("the reloaded trace does not reproduce the model (data-dependent "
+                             "control flow?)")
         files["model.ts"] = out / "model.ts"
     except Exception as err:
+        (out / "model.ts").unlink(missing_ok=True)
         measurement["script_skipped"] = f"TorchScript cannot trace this model: {one_line(err)}"
     try:
         export_onnx(model, out / "model.onnx", x[:2])
         sess = OnnxModel(out / "model.onnx").session
+        off = parity_problem(ref, run_session(sess, x))
+        if off is not None:
+            raise ValueError(off)
         measurement.update(ort_latency_ms_b1=ort_latency_ms(sess, x[:1], 20),
                            ort_latency_ms_b64=ort_latency_ms(sess, x, 7),
                            onnx_bytes=(out / "model.onnx").stat().st_size)

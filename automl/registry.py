@@ -293,6 +293,9 @@ class Registry:
         """Rebuild the model ``ref`` names from its recorded config and load its weights
         with ``torch.load(weights_only=True)``, after checking each file's sha256.
 
+        A user's own model (lineage ``user_models``) is built by its factory, imported from
+        the folder the run imported it from.
+
         Returns:
             ``(model in eval mode, ModelVersion)``; for an ONNX-only version the model is an
             ``automl.compress.onnx_export.OnnxModel`` (ONNX Runtime, tensor in, logits out).
@@ -302,6 +305,10 @@ class Registry:
                 that needs more than weights-only unpickling, or an unknown format.
         """
         version = self.get(ref)
+        if version.lineage.get("user_models"):  # a user's model: import its recorded code
+            from automl.models.user import use_record
+
+            use_record(version.lineage["user_models"])
         for fname, digest in version.files.items():
             path = version.path / fname
             if not path.is_file() or sha256_file(path) != digest:

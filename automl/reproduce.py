@@ -61,6 +61,10 @@ def write_record(run_dir: str | Path, exp, splits, final: dict, *, spec_sha256: 
         "weights_sha256": weights_sha256(final["checkpoint"]["model"]),
         "test": final["test"],
     }
+    if exp.model.user_families():  # the user's model code: where it was, what it was
+        from automl.models.user import describe_all
+
+        record["user_models"] = [m.to_dict() for m in describe_all(exp).values()]
     write_json(Path(run_dir) / RECORD, record)
     return record
 
@@ -132,6 +136,7 @@ def reproduce_run(run_dir: str | Path, console=None) -> Reproduction:
     import torch
 
     from automl.data import load_dataset, split_dataset
+    from automl.models.user import use_record
     from automl.rundir import read_summary, require_run_dir
     from automl.selection import fit_and_score
     from automl.spec import load_spec
@@ -144,6 +149,9 @@ def reproduce_run(run_dir: str | Path, console=None) -> Reproduction:
                             fix="pass a run directory of a finished `automl search` (runs "
                                 "from before reproducibility records cannot be reproduced)")
     record = json.loads((run_dir / RECORD).read_text())
+    # a user's model imports from where the run imported it; a changed source is a
+    # difference from the record
+    code_changes = use_record(record.get("user_models") or [])
     exp, summary = load_spec(run_dir / "spec.yaml"), read_summary(run_dir)
     dataset = load_dataset(exp.data, exp.task)
     if dataset.checksum != record.get("data_sha256"):
@@ -187,7 +195,7 @@ def reproduce_run(run_dir: str | Path, console=None) -> Reproduction:
     result = Reproduction(str(run_dir), identical, diff if diff is not None else
                           (None if identical else math.inf), acc, recorded, se, held,
                           "cuda" if on_gpu else "cpu", threads,
-                          _differences(env, out["environment"]),
+                          _differences(env, out["environment"]) + code_changes,
                           weights_sha256(new), round(time.perf_counter() - t0, 3), metric)
     write_json(run_dir / RESULT, {**asdict(result), "line": result.line(),
                                   # the names of runs before regression, for their readers

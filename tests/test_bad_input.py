@@ -395,3 +395,127 @@ def test_a_table_with_many_columns_names_a_few(tmp_path):
                                         r"feature_1, feature_2, feature_3, feature_4 and 25 "
                                         r"more\)"):
         load_dataset(DataSpec(source="csv", path=str(tmp_path / "wide.csv"), target="label"))
+
+
+# --------------------------------------------------------------------------- issue 41, models
+_NET = ("from torch import nn\n\n\n"
+        "def build(input_shape, output_size, hidden=8):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.LazyLinear(hidden), nn.ReLU(),\n"
+        "                         nn.Linear(hidden, output_size))\n")
+
+
+def _user_spec(family: str, section: str = "") -> str:
+    return (f"model:\n  family: {{type: categorical, choices: [mlp, '{family}']}}\n"
+            + (f"  '{family}': {section}\n" if section else ""))
+
+
+# name -> ({module file: source}, spec text, pattern of the one line); each case's module has
+# its own name, so modules imported by one case (in this process) do not answer another
+USER_MODELS = {
+    "module not found": ({}, _user_spec("nosuch_mod_i41:build"),
+                         r"model\.family: cannot import 'nosuch_mod_i41' for "
+                         r"nosuch_mod_i41:build: no module named 'nosuch_mod_i41' \(looked in "),
+    "callable not found": ({"um_nofn.py": _NET}, _user_spec("um_nofn:biuld"),
+                           r"model\.family: um_nofn \(.*um_nofn\.py\) has no 'biuld' for "
+                           r"um_nofn:biuld \(did you mean 'build'\?\)"),
+    "not callable": ({"um_notcall.py": _NET + "CONFIG = {'hidden': 8}\n"},
+                     _user_spec("um_notcall:CONFIG"),
+                     r"model\.family: um_notcall:CONFIG is a dict, not a callable"),
+    "path without a colon": ({}, _user_spec("um_nocolon.build"),
+                             r"model\.family: 'um_nocolon\.build' is not an import path: put ':' "
+                             r"between the module and its factory, e\.g\. 'um_nocolon:build'"),
+    "malformed import path": ({}, _user_spec("um-bad:build"),
+                              r"model\.family: 'um-bad:build' is not an import path"),
+    "signature without input_shape and output_size": (
+        {"um_sig.py": "def build(hidden=8):\n    return None\n"},
+        _user_spec("um_sig:build", "{hidden: 8}"),
+        r"model\.family: um_sig:build\(hidden=8\) does not take input_shape and output_size "
+        r"first \(define it as def build\(input_shape, output_size, \.\.\.\)"),
+    "input_shape not first": (
+        {"um_order.py": "def build(hidden, input_shape, output_size):\n    return None\n"},
+        _user_spec("um_order:build", "{hidden: 8}"),
+        r"um_order:build\(hidden, input_shape, output_size\) does not take input_shape and "
+        r"output_size first"),
+    "hyperparameter the factory does not take": (
+        {"um_hp.py": _NET}, _user_spec("um_hp:build", "{hiden: 8}"),
+        r"model\.um_hp:build\.hiden: um_hp:build\(input_shape, output_size, hidden=8\) takes "
+        r"no hyperparameter 'hiden' \(did you mean 'hidden'\?\)"),
+    "hyperparameter without default not set": (
+        {"um_req.py": "def build(input_shape, output_size, depth, hidden=8):\n    pass\n"},
+        _user_spec("um_req:build", "{hidden: 8}"),
+        r"model\.um_req:build: um_req:build\(.*\) needs 'depth', which has no default \(set "
+        r"model\.um_req:build\.depth or give it a default\)"),
+    "factory returns no nn.Module": (
+        {"um_dict.py": "def build(input_shape, output_size):\n    return {'layers': 2}\n"},
+        _user_spec("um_dict:build"),
+        r"model\.family: um_dict:build returned a dict, not a torch\.nn\.Module, for \{\}"),
+    "wrong number of outputs": (
+        {"um_out.py": _NET.replace("nn.Linear(hidden, output_size)", "nn.Linear(hidden, 5)")},
+        _user_spec("um_out:build"),
+        r"model\.family: um_out:build's model maps a batch of shape \(2, 1, 8, 8\) to \(2, 5\) "
+        r"for \{\}; it must give \(2, 10\)"),
+    "module raises on import": (
+        {"um_raise.py": "raise RuntimeError('no GPU found')\n"}, _user_spec("um_raise:build"),
+        r"model\.family: importing 'um_raise' for um_raise:build raised RuntimeError: no GPU "
+        r"found \(python -c 'import um_raise' shows the traceback\)"),
+    "dependency of the module missing": (
+        {"um_dep.py": "import nosuch_dependency_i41\n" + _NET}, _user_spec("um_dep:build"),
+        r"importing 'um_dep' for um_dep:build raised ModuleNotFoundError: No module named "
+        r"'nosuch_dependency_i41'"),
+    "section for a family not chosen": (
+        {"um_extra.py": _NET}, "model:\n  family: mlp\n  'um_extra:build': {hidden: 8}\n",
+        r"model\.um_extra:build: a section for a family that model\.family does not choose "
+        r"\(mlp\); add 'um_extra:build' to model\.family"),
+    "hyperparameter named input_shape": (
+        {"um_shape.py": _NET}, _user_spec("um_shape:build", "{input_shape: 8}"),
+        r"model\.um_shape:build\.input_shape: 'input_shape' is passed to every factory by "
+        r"automl"),
+    "section keyed by a dotted name": (
+        {}, "model:\n  family: mlp\n  mlp.width: 8\n",
+        r"model\.mlp\.width: 'mlp\.width' is not an import path"),
+}
+
+
+@pytest.fixture
+def restore_imports():
+    """Leave ``sys.path`` and ``sys.modules`` as they were: resolving a user's model puts
+    the spec's folder in front of ``sys.path`` and imports its module in this process."""
+    import sys
+
+    path, modules = list(sys.path), set(sys.modules)
+    yield
+    sys.path[:] = path
+    for name in set(sys.modules) - modules:
+        if name.startswith(("um_", "nosuch")):
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize("case", sorted(USER_MODELS), ids=str)
+def test_bad_user_models(tmp_path, monkeypatch, restore_imports, case):
+    """Issue 41: a user's model that cannot be used is one line and exit 2 before Ray or any
+    run directory starts, whether `search` or `validate` reads it; the module is found from
+    the spec's folder (the working directory is elsewhere)."""
+    import re
+
+    import ray
+
+    files, text, pattern = USER_MODELS[case]
+    spec_dir = tmp_path / "project"
+    spec_dir.mkdir()
+    _make(spec_dir, {k: v.encode() for k, v in files.items()})
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    spec = spec_dir / "spec.yaml"
+    spec.write_text(text)
+    out = tmp_path / "runs"
+    for args in (["search", str(spec), "--output", str(out)], ["validate", str(spec)]):
+        result = CliRunner().invoke(app, args)
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert lines[0].startswith(f"error: {spec}: "), lines[0]
+        assert re.search(pattern, lines[0]), lines[0]
+    assert not out.exists() and not ray.is_initialized()
+
+
+def test_user_model_corpus_is_big_enough():
+    assert len(USER_MODELS) >= 8

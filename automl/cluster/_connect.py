@@ -77,6 +77,7 @@ def connect(
     dashboard_host: str = "127.0.0.1",
     dashboard_port: int = 8265,
     metrics_export_port: int | None = None,
+    py_modules: list[str] | None = None,
 ) -> RayHandle:
     """Join the cluster at ``address`` (or ``RAY_ADDRESS``), or start a local Ray.
 
@@ -98,6 +99,12 @@ def connect(
     fails (Ray raises when its node does not come up in 30 s, e.g. a port taken while it
     starts) is retried once with new ports.
 
+    ``py_modules`` (local package folders or ``.py`` files, a user's model code) become the
+    job's runtime environment (Ray's ``runtime_env={"py_modules": ...}``): Ray uploads them
+    once and every worker on every node imports them. None (the default, no user model)
+    leaves the runtime environment empty, as before. An already initialised Ray keeps its
+    own.
+
     Raises:
         ResourceError: a named port is in use, or the local Ray did not start twice.
     """
@@ -106,12 +113,14 @@ def connect(
     if ray.is_initialized():
         ctx = ray.get_runtime_context()
         return RayHandle(False, ctx.gcs_address, None)
+    env = {"runtime_env": {"py_modules": list(py_modules)}} if py_modules else {}
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
         from automl.cluster._token import use_cluster_token
 
         use_cluster_token()  # Ray 2.60 clusters require their token by default
-        info = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
+        info = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True,
+                        **env)
         return RayHandle(False, address, _dashboard(info))
     for port, what, flag in ((dashboard_port, "dashboard", "--dashboard-port"),
                              (metrics_export_port, "metrics", "--metrics-port")):
@@ -144,6 +153,7 @@ def connect(
                 logging_level=logging.WARNING,
                 log_to_driver=False,
                 **metrics,
+                **env,
             )
             break
         except Exception as e:  # Ray raises a bare Exception when its node does not start

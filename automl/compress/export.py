@@ -8,7 +8,9 @@ Each model ``NAME`` is written to ``out_dir`` as three files:
   *pruned* channel counts), ``pruned`` and ``quantized`` (method, backend), the lineage
   and the export tolerance;
 - ``NAME.ts``: TorchScript (``torch.jit.trace``), the self-contained format, when the
-  model can be traced (models with torchao int8 layers cannot: no ``.ts`` then);
+  model can be traced and the reloaded trace reproduces it (models with torchao int8
+  layers cannot be traced, and a user's model whose Python branches on its data is
+  traced along one path only: no ``.ts`` then, ``script_skipped`` says why);
 - ``NAME.onnx``: ONNX, written by ``onnx_export`` (see there).
 
 Rebuild paths: ``load_model`` rebuilds from the state_dict when the recipe has an
@@ -23,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +46,9 @@ class ExportResult:
     rows: ``max_abs_diff`` of the logits, ``outputs_match`` (within atol + rtol*|ref|) and
     ``argmax_agreement`` (share of identical predicted classes). ``checked_with`` names
     the reloaded file the check ran on: ``torchscript``, or ``state_dict`` (rebuilt from
-    the recipe) when TorchScript cannot trace the model (``script_skipped`` says why; e.g.
-    torchao's int8 tensors), or None when neither can be reloaded here."""
+    the recipe) when TorchScript cannot trace the model or its reloaded trace does not
+    reproduce it (``script_skipped`` says why; e.g. torchao's int8 tensors, a model whose
+    Python branches on its data), or None when neither can be reloaded here."""
 
     state_dict_path: Path
     config_path: Path
@@ -70,8 +74,9 @@ def shapes_of(model: nn.Module) -> dict[str, list[int]]:
 
 
 def one_line(err: BaseException) -> str:
-    """``Type: first line of the message`` (at most 200 characters)."""
-    text = str(err).strip()
+    """``Type: first line of the message`` (at most 200 characters, terminal colour codes
+    removed)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()
     return f"{type(err).__name__}: {text.splitlines()[0][:200] if text else ''}".rstrip(": ")
 
 
@@ -102,15 +107,32 @@ def export_model(model: nn.Module, out_dir: str | Path, name: str, recipe: dict[
         ts_path.unlink(missing_ok=True)
         skipped = f"TorchScript cannot trace this model: {one_line(err)}"
         config["export"]["format"] = None
+    ref = predict(model, X_check)
+
+    def check(other: nn.Module) -> tuple[float, bool, float]:
+        got = predict(other, X_check)
+        return (float((ref - got).abs().max()) if len(ref) else 0.0,
+                bool(torch.allclose(got, ref, atol=atol, rtol=rtol)),
+                float((got.argmax(1) == ref.argmax(1)).float().mean()) if len(ref) else 1.0)
+
+    checked = None
+    if reloaded is not None:  # a trace records the one path the example took through the
+        try:                  # model's Python: a model that branches on its data breaks it
+            checked = check(reloaded)
+            off = None if checked[1] else f"its logits differ by {checked[0]:.2e}"
+        except Exception as err:
+            off = f"it raised {one_line(err)}"
+        if off is not None:
+            ts_path.unlink(missing_ok=True)
+            skipped = (f"the TorchScript trace does not follow this model ({off}; "
+                       "data-dependent control flow?)")
+            config["export"]["format"] = None
+            reloaded = checked_with = checked = None
     cfg_path.write_text(json.dumps(to_dict(config), indent=1))
     if reloaded is None and recipe.get("arch"):
         reloaded, checked_with = load_model(out, name, build), "state_dict"
-    diff = agree = match = None
-    if reloaded is not None:
-        ref, got = predict(model, X_check), predict(reloaded, X_check)
-        diff = float((ref - got).abs().max()) if len(ref) else 0.0
-        match = bool(torch.allclose(got, ref, atol=atol, rtol=rtol))
-        agree = float((got.argmax(1) == ref.argmax(1)).float().mean()) if len(ref) else 1.0
+        checked = check(reloaded)
+    diff, match, agree = checked or (None, None, None)
     config["export"].update(max_abs_diff=diff, checked_with=checked_with, script_skipped=skipped)
     cfg_path.write_text(json.dumps(to_dict(config), indent=1))
     return ExportResult(sd_path, cfg_path, ts_path if ts_path.exists() else None,

@@ -386,6 +386,10 @@ def compress_run(run_dir: str | Path, spec: str | Path | None = None,
             raise DataError(f"{name} is missing, so this is not a finished run",
                             where=str(run_dir / name),
                             fix="pass a run directory written by `automl search`")
+    from automl.models.user import read_record, use_record
+
+    for line in use_record(read_record(run_dir)):  # a user's model imports as in the run
+        (console or Console()).print(f"warning: {line}", style="yellow", highlight=False)
     exp = load_spec(run_dir / "spec.yaml")
     where = str(run_dir / "spec.yaml")
     if spec is not None:

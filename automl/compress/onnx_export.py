@@ -15,7 +15,9 @@
   ``threads`` intra-op threads) on the check rows (the test split): maximum absolute
   difference of the logits and argmax agreement with PyTorch, and ONNX Runtime's p50
   latency at batch 1 and 64. A model that cannot be exported (int8 PyTorch layers, an
-  operator without an ONNX translation) is skipped with the reason on one line.
+  operator without an ONNX translation) or whose file does not reproduce it in ONNX
+  Runtime (logits beyond ``PARITY_ATOL``: a trace of a model that branches on its data)
+  is skipped with the reason on one line.
 - ``quantize_onnx`` / ``onnx_int8``: ONNX Runtime's static post-training quantization
   (``onnxruntime.quantization.quantize_static``: QDQ format, int8 weights per output
   channel, uint8 activations, MinMax calibration on training batches) of Conv, Gemm and
@@ -33,7 +35,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -126,17 +131,58 @@ def export_onnx(model: nn.Module, path: str | Path, example: Tensor) -> Path:
     model = model.eval()
     with _quiet_logs(), torch.no_grad():
         try:
-            torch.onnx.export(model, (example[:2],), str(path), input_names=[INPUT],
-                              output_names=[OUTPUT], opset_version=OPSET, dynamo=False,
-                              dynamic_axes={INPUT: {0: "batch"}, OUTPUT: {0: "batch"}})
-        except Exception:  # an operator it cannot translate, or a torch without it
+            with _ir_dump_dropped():
+                torch.onnx.export(model, (example[:2],), str(path), input_names=[INPUT],
+                                  output_names=[OUTPUT], opset_version=OPSET, dynamo=False,
+                                  dynamic_axes={INPUT: {0: "batch"}, OUTPUT: {0: "batch"}})
+        except Exception as first:  # an operator it cannot translate, or a torch without it
             batch = torch.export.Dim("batch", min=1)
-            torch.onnx.export(model, (example[:2],), str(path), input_names=[INPUT],
-                              output_names=[OUTPUT], dynamic_shapes=({0: batch},),
-                              opset_version=OPSET, external_data=False, optimize=True,
-                              verbose=False)
+            try:
+                torch.onnx.export(model, (example[:2],), str(path), input_names=[INPUT],
+                                  output_names=[OUTPUT], dynamic_shapes=({0: batch},),
+                                  opset_version=OPSET, external_data=False, optimize=True,
+                                  verbose=False)
+            except Exception:  # the first exporter names the operator; the second does not
+                raise first from None
     _strip_debug_metadata(path)
     return path
+
+
+#: the first line of the graph torch's TorchScript-based exporter dumps when it fails
+_IR_DUMP = "Torch IR graph at exception:"
+
+
+@contextlib.contextmanager
+def _ir_dump_dropped() -> Iterator[None]:
+    """Keep the TorchScript-based exporter's graph dump off the terminal. In torch 2.13 it
+    writes the whole graph to the C-level stdout whenever an export fails (its
+    ``setup_onnx_logging`` tests a function object for truth, so ONNX logging is always
+    on), which buried the one-line reason under a page of IR. File descriptor 1 goes to
+    a temporary file meanwhile; everything written there except the dump is written back
+    after (another thread's output included)."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no usable stdout: nothing to protect
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 1)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+            tmp.seek(0)
+            kept, dump = [], False
+            for line in tmp.read().decode(errors="replace").splitlines(keepends=True):
+                dump = line.startswith(_IR_DUMP) or (dump and line[:1].isspace())
+                if not dump:
+                    kept.append(line)
+            if kept:
+                os.write(1, "".join(kept).encode())
 
 
 def session(path: str | Path, threads: int = 1):
@@ -148,7 +194,7 @@ def session(path: str | Path, threads: int = 1):
     opts.intra_op_num_threads = max(1, int(threads))
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # fatal only: a failed run raises with its own message
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
@@ -188,6 +234,27 @@ def ort_latency_ms(sess: Any, x: Tensor, repeats: int, warmup: int = 3) -> float
     return statistics.median(times)
 
 
+#: ONNX Runtime against PyTorch: the largest logit difference an export may show
+#: (``torch.allclose``: ``atol + rtol * |PyTorch's|``); fp32 files differ by 1e-7 to 1e-5
+PARITY_ATOL = PARITY_RTOL = 1e-3
+
+
+def parity_problem(ref: Tensor, got: Tensor) -> str | None:
+    """Why ONNX Runtime's logits ``got`` do not stand for PyTorch's ``ref`` (a shape that
+    differs, or values beyond :data:`PARITY_ATOL`), on one line; None when they do. An
+    export traces one path through the model's Python, so a model that branches on its
+    data exports a graph that is wrong for other inputs."""
+    if got.shape != ref.shape:
+        return (f"ONNX Runtime's output has shape {tuple(got.shape)}, PyTorch's "
+                f"{tuple(ref.shape)}: the export does not follow this model")
+    if len(ref) and not torch.allclose(got, ref, atol=PARITY_ATOL, rtol=PARITY_RTOL):
+        diff = float((ref - got).abs().max())
+        return (f"ONNX Runtime's logits differ from PyTorch's by {diff:.2e} (> "
+                f"{PARITY_ATOL:g}): the export does not follow this model (data-dependent "
+                "control flow?)")
+    return None
+
+
 def batch64(X: Tensor) -> Tensor:
     """64 rows of ``X`` (repeated when it has fewer), as ``_base.measure`` uses."""
     return X[torch.arange(64) % len(X)]
@@ -208,11 +275,20 @@ def export_checked(model: nn.Module, ctx: Context, name: str, X_check: Tensor | 
     path = ctx.out_dir / f"{name}.onnx"
     try:
         export_onnx(model, path, X[:2] if len(X) >= 2 else ctx.X_train[:2])
-        sess = session(path, ctx.threads)
-        ref, got = predict(model, X), run_session(sess, X)
     except Exception as err:  # an operator without ONNX translation, dynamic control flow
         path.unlink(missing_ok=True)
         return OnnxExport(None, None, skipped=f"ONNX export failed: {one_line(err)}")
+    try:
+        sess = session(path, ctx.threads)
+        ref, got = predict(model, X), run_session(sess, X)
+    except Exception as err:  # a graph traced for the example's batch only
+        path.unlink(missing_ok=True)
+        return OnnxExport(None, None, skipped="ONNX Runtime cannot run the exported file "
+                          f"(the export does not follow this model): {one_line(err)}")
+    off = parity_problem(ref, got)
+    if off is not None:
+        path.unlink(missing_ok=True)
+        return OnnxExport(None, None, skipped=off)
     reps = ctx.latency_repeats
     classes = ref.dim() == 2 and ref.shape[1] > 1  # a regression model's one value has none
     return OnnxExport(path, path.stat().st_size, None, len(X),

@@ -16,6 +16,10 @@ global magnitude pruning.
   ``prune.remove`` so no ``*_orig``/``*_mask`` tensors or hooks remain. Tensors stay
   dense: the saved file does not shrink, ``nonzero_params`` does.
 
+A model torch-pruning cannot trace (its dependency graph raises), or whose pruned version
+no longer runs (a channel coupling the graph does not show, e.g. a reshape that folds
+channels into another axis), is skipped with the reason on one line.
+
 ``iterative_steps`` > 1 prunes in that many equal steps, each followed by
 ``fine_tune_epochs`` of fine-tuning (``ctx.fine_tune``); fine-tuning of unstructured
 pruning happens with the masks in place, so pruned weights stay zero. With
@@ -41,7 +45,7 @@ from automl.compress._base import (
     quiet,
 )
 from automl.compress.distill import distillation_loss
-from automl.compress.export import shapes_of
+from automl.compress.export import one_line, shapes_of
 
 METHODS = ("structured", "unstructured")
 _PRUNABLE = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
@@ -80,6 +84,11 @@ def has_pruning_leftovers(model: nn.Module) -> bool:
     hooks = any(isinstance(h, torch_prune.BasePruningMethod)
                 for m in model.modules() for h in m._forward_pre_hooks.values())
     return hooks or any(k.endswith(("_orig", "_mask")) for k in keys)
+
+
+class _CannotPrune(Exception):
+    """torch-pruning cannot trace the model, or its pruned model does not run: the stage
+    is skipped with this one-line reason (a user's model may hide its channel couplings)."""
 
 
 class PruneStage:
@@ -138,7 +147,10 @@ class PruneStage:
         distill = self.distill_alpha > 0 and self.fine_tune_epochs > 0
         soft = predict(model, ctx.X_train).detach() if distill else None  # (N, K) logits
         if self.method == "structured":
-            info = self._structured(model, ctx, macs0, soft)
+            try:
+                info = self._structured(model, ctx, macs0, soft)
+            except _CannotPrune as e:
+                return StageOutput(skipped=str(e))
         else:
             info = self._unstructured(model, ctx, soft)
         if has_pruning_leftovers(model) or n_hooks(model) != hooks0:
@@ -180,17 +192,27 @@ class PruneStage:
         steps = max(self.iterative_steps, 40) if by_macs else self.iterative_steps
         example = ctx.X_train[:2]
         with quiet():
-            pruner = tp.pruner.MetaPruner(
-                model, example, importance=tp.importance.GroupMagnitudeImportance(p=p),
-                pruning_ratio=0.95 if by_macs else self.pruning_ratio, iterative_steps=steps,
-                ignored_layers=_head_layers(model, ctx.num_classes),
-                global_pruning=self.global_pruning,
-                num_heads={m: m.num_heads for m in model.modules()
-                           if isinstance(m, nn.MultiheadAttention)})
+            try:  # torch-pruning follows the autograd graph of one forward pass
+                pruner = tp.pruner.MetaPruner(
+                    model, example, importance=tp.importance.GroupMagnitudeImportance(p=p),
+                    pruning_ratio=0.95 if by_macs else self.pruning_ratio,
+                    iterative_steps=steps, ignored_layers=_head_layers(model, ctx.num_classes),
+                    global_pruning=self.global_pruning,
+                    num_heads={m: m.num_heads for m in model.modules()
+                               if isinstance(m, nn.MultiheadAttention)})
+            except Exception as e:
+                raise _CannotPrune(f"torch-pruning cannot trace this model: {one_line(e)}") \
+                    from None
             done = 0
             for _ in range(steps):
                 model.eval()
-                pruner.step()
+                try:  # a coupling the graph does not show (a reshape of channels into other
+                    pruner.step()  # dims, a fixed-size tensor) breaks the pruned model
+                    with torch.no_grad():
+                        model(example)
+                except Exception as e:
+                    raise _CannotPrune("torch-pruning cannot prune this model structurally: "
+                                       f"{one_line(e)}") from None
                 done += 1
                 if by_macs:
                     if count_macs_params(model, example)[0] <= self.macs_target * macs0:

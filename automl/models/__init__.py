@@ -1,5 +1,7 @@
 """Model zoo: ResNet, VGG, MLP and ViT for images (MLP also for tabular data), and
-ResNet1d, TCN and Transformer1d for 1D signals, built from a flat ``arch`` dict.
+ResNet1d, TCN and Transformer1d for 1D signals, built from a flat ``arch`` dict; and the
+user's own models, whose family is an import path ``package.module:factory``
+(:mod:`automl.models.user`).
 
 ``arch`` looks like ``{"family": "resnet", "depth": 2, "width": 16}``; every key except
 ``family`` is optional and is passed to the family's class as a keyword argument, so a
@@ -26,6 +28,7 @@ from automl.models.tcn import TCN
 from automl.models.transformer1d import Transformer1d
 from automl.models.vgg import VGG
 from automl.models.vit import ViT
+from automl.spec import is_import_path
 
 __all__ = [
     "FAMILIES",
@@ -58,7 +61,12 @@ MODEL_CLASSES: dict[str, type[nn.Module]] = {
 
 
 def family_params(family: str) -> dict[str, Any]:
-    """The optional parameters of ``family`` and their defaults, e.g. ``{"depth": 1, ...}``."""
+    """The optional parameters of ``family`` and their defaults, e.g. ``{"depth": 1, ...}``
+    (for a user's factory: the parameters after ``input_shape`` and ``output_size``)."""
+    if is_import_path(family):
+        from automl.models.user import factory_params
+
+        return factory_params(family)
     if not isinstance(family, str) or family not in MODEL_CLASSES:
         raise ValueError(f"unknown model family {family!r}; valid: {', '.join(FAMILIES)}")
     params = list(inspect.signature(MODEL_CLASSES[family]).parameters.values())[2:]
@@ -72,6 +80,8 @@ def _split_arch(arch: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     family = params.pop("family", None)
     if family is None:
         raise ValueError(f"arch needs a 'family' key (one of {', '.join(FAMILIES)}); got {arch!r}")
+    if is_import_path(family):  # the factory's own signature says (checked before the run)
+        return family, params
     valid = family_params(family)
     unknown = sorted(str(k) for k in params if k not in valid)
     if unknown:
@@ -91,7 +101,10 @@ def build_model(
     """Build the model described by ``arch`` and apply the ``init`` scheme.
 
     Args:
-        arch: ``{"family": <one of FAMILIES>, **params}``; see each class for params.
+        arch: ``{"family": <one of FAMILIES>, **params}``; see each class for params. A
+            family that is an import path ``package.module:factory`` is built as
+            ``factory(input_shape, num_classes, **params)`` (:mod:`automl.models.user`);
+            ``init`` applies to it too (``default`` keeps the factory's own).
         input_shape: one example's shape without batch dim: ``(C, H, W)``, ``(C, L)``
             or ``(F,)``.
         num_classes: number of output logits.
@@ -104,12 +117,22 @@ def build_model(
         ValueError: missing/unknown family, unknown or out-of-range parameter (the message
             names it and the valid ones), an input shape the family cannot take, or an
             unknown init scheme.
+        ImportError, TypeError: a user family's module does not import, or its factory
+            returns no ``nn.Module``; and whatever that factory raises.
     """
     if init not in INITS:
         raise ValueError(f"unknown init scheme {init!r}; valid: {', '.join(INITS)}")
     family, params = _split_arch(arch)
-    model = MODEL_CLASSES[family](input_shape, num_classes, **params)
-    return init_weights(model, init)
+    return init_weights(_construct(family, params, input_shape, num_classes), init)
+
+
+def _construct(family: str, params: dict[str, Any], input_shape: tuple[int, ...],
+               num_classes: int) -> nn.Module:
+    if is_import_path(family):
+        from automl.models.user import build
+
+        return build(family, tuple(input_shape), num_classes, params)
+    return MODEL_CLASSES[family](input_shape, num_classes, **params)
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -119,10 +142,17 @@ def count_parameters(model: nn.Module) -> int:
 
 def model_size_key(arch: Mapping[str, Any], input_shape: tuple[int, ...], num_classes: int) -> int:
     """Trainable parameter count of ``build_model(arch, ...)``, built on the meta device
-    (no memory, no RNG use). Raises the same ValueErrors as :func:`build_model`."""
+    (no memory, no RNG use; a user's factory that cannot build there is built on the CPU
+    with the RNG state restored after). Raises what :func:`build_model` raises."""
     family, params = _split_arch(arch)
-    with torch.device("meta"):
-        model = MODEL_CLASSES[family](input_shape, num_classes, **params)
+    try:
+        with torch.device("meta"):
+            model = _construct(family, params, input_shape, num_classes)
+    except Exception:
+        if not is_import_path(family):
+            raise
+        with torch.random.fork_rng(devices=[]):
+            model = _construct(family, params, input_shape, num_classes)
     return count_parameters(model)
 
 

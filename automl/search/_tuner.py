@@ -231,9 +231,10 @@ def run_search(
                     name="tune",
                     storage_path=storage,
                     # in-process trials: a killed trial process is retried and continues
-                    # from its checkpoint; data-parallel trials retry inside Ray Train
+                    # from its checkpoint; data-parallel trials retry inside Ray Train;
+                    # fail_fast stops at the first failure (Tune refuses it with retries)
                     failure_config=tune.FailureConfig(
-                        max_failures=0 if exp.resources.distributed
+                        max_failures=0 if exp.resources.distributed or exp.search.fail_fast
                         else exp.resources.max_failures,
                         fail_fast=exp.search.fail_fast,
                     ),

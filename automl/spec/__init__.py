@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import (
     Field,
+    PrivateAttr,
     ValidationError,
     model_validator,
 )
@@ -38,11 +39,13 @@ from automl.spec._domains import (
     CV_MIN_METRICS,
     DATA_KINDS,
     DOMAIN_TAGS,
+    FACTORY_ARGS,
     FAMILIES,
     FILE_SOURCES,
     IMAGE_AUGMENTS,
     IMAGE_DATASETS,
     IMAGE_FAMILIES,
+    IMPORT_PATH,
     INITS,
     KIND_FAMILIES,
     MO_SAMPLERS,
@@ -66,6 +69,7 @@ from automl.spec._domains import (
     IntDomain,
     Scalar,
     _Strict,
+    is_import_path,
     lower_bound,
     upper_bound,
     values_of,
@@ -100,6 +104,9 @@ from automl.spec._sections import (
 
 __all__ = [
     "FAMILIES",
+    "FACTORY_ARGS",
+    "IMPORT_PATH",
+    "is_import_path",
     "IMAGE_FAMILIES",
     "SIGNAL_FAMILIES",
     "KIND_FAMILIES",
@@ -192,6 +199,19 @@ class Experiment(_Strict):
     tracking: TrackingSpec = TrackingSpec()
     registry: RegistrySpec = RegistrySpec()
     nightly: NightlySpec = NightlySpec()
+    #: the folder of the spec file it was loaded from (:func:`load_spec`), where a user's
+    #: model module is looked for first; not part of the spec
+    _spec_dir: str | None = PrivateAttr(None)
+
+    @property
+    def spec_dir(self) -> str | None:
+        """The folder of the spec file this experiment was loaded from, or None."""
+        return self._spec_dir
+
+    def __eq__(self, other: object) -> bool:  # where it was read from is not part of it
+        if not isinstance(other, Experiment):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
 
     @model_validator(mode="after")
     def _task(self) -> Experiment:
@@ -376,12 +396,13 @@ def kind_mismatch(kind: str, families: list, augment: AugmentSpec,
     or ``signal``), as ``(key path, what it needs, the fix)``; None when all fit.
 
     Checked by spec validation when the kind is known from ``data.source`` / ``data.kind``,
-    and by the main job once an npz file has told it.
+    and by the main job once an npz file has told it. A user's own family (an import path)
+    fits every kind: what its model takes is the user's to say.
     """
     allowed = KIND_FAMILIES[kind]
     use = "use family: " + _either(allowed)
     for fam in families:
-        if fam not in allowed:
+        if fam not in allowed and not is_import_path(fam):
             return "model.family", f"'{fam}' needs {KIND_WORDS[_family_kind(fam)]}", use
     if augment.kind is not None and augment.kind != kind:
         keys = augment.active(IMAGE_AUGMENTS if augment.kind == "image" else SIGNAL_AUGMENTS)
@@ -428,7 +449,9 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Expe
             node = node.setdefault(p, {})
         node[leaf] = value
     try:
-        return Experiment.model_validate(data)
+        exp = Experiment.model_validate(data)
     except ValidationError as e:
         message, fix = first_error(e, data, Experiment)
         raise SpecError(message, where=str(path), fix=fix) from None
+    exp._spec_dir = str(path.resolve().parent)
+    return exp

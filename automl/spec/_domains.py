@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -21,6 +22,12 @@ from pydantic import (
 )
 
 FAMILIES = ("resnet", "vgg", "mlp", "vit", "resnet1d", "tcn", "transformer1d")
+#: A user's own model family: an import path ``package.module:factory`` (the factory may
+#: be an attribute path, ``module:Class.build``), called as ``factory(input_shape,
+#: output_size, **hyperparameters)`` (``automl.models.user``).
+IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+#: The two arguments every user factory takes first; no hyperparameter may use their names.
+FACTORY_ARGS = ("input_shape", "output_size")
 IMAGE_FAMILIES = ("resnet", "vgg", "vit")
 #: Families for 1D signals ``(C, L)`` only; ``mlp`` takes every kind of data.
 SIGNAL_FAMILIES = ("resnet1d", "tcn", "transformer1d")
@@ -249,6 +256,44 @@ def _check_allowed(param: Any, allowed: tuple[str, ...], what: str) -> Any:
             near = difflib.get_close_matches(str(v), allowed, n=1)
             hint = f"; did you mean '{near[0]}'?" if near else ""
             raise ValueError(f"unknown {what} {v!r}{hint} (valid: {', '.join(allowed)})")
+    return param
+
+
+def is_import_path(name: Any) -> bool:
+    """True when ``name`` is a user family, ``package.module:factory`` (:data:`IMPORT_PATH`)."""
+    return isinstance(name, str) and IMPORT_PATH.match(name) is not None
+
+
+def looks_like_import_path(name: Any) -> bool:
+    """True for a string that is meant as an import path, well formed or not: it has a
+    ``:`` or a ``.``, which no zoo family and no spec key has."""
+    return isinstance(name, str) and (":" in name or "." in name)
+
+
+def import_path_problem(name: str) -> str:
+    """Why ``name`` (meant as an import path) is not one, with the fix, for a message."""
+    if ":" not in name:
+        module, _, attr = name.rpartition(".")
+        return (f"'{name}' is not an import path: put ':' between the module and its "
+                f"factory, e.g. '{module}:{attr}' (package.module:factory)")
+    return (f"'{name}' is not an import path: write package.module:factory, dotted Python "
+            "names on both sides of one ':'")
+
+
+def _check_families(param: Any) -> Any:
+    """``model.family``: every value a zoo family (:data:`FAMILIES`) or an import path."""
+    vals = values_of(param)
+    if vals is None:
+        raise ValueError("model family must be a categorical or a fixed value, not a range")
+    for v in vals:
+        if v in FAMILIES or is_import_path(v):
+            continue
+        if looks_like_import_path(v):
+            raise ValueError(import_path_problem(v))
+        near = difflib.get_close_matches(str(v), FAMILIES, n=1)
+        hint = f"; did you mean '{near[0]}'?" if near else ""
+        raise ValueError(f"unknown model family {v!r}{hint} (valid: {', '.join(FAMILIES)}, "
+                         "or your own model as an import path package.module:factory)")
     return param
 
 

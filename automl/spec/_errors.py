@@ -94,8 +94,10 @@ def _loc(err: dict) -> list[str]:
     loc = [p for p in loc if not p.startswith(("function-after", "function-before",
                                                 "constrained-", "literal["))
            and p not in ("str", "bool", "float", "list", "dict", "none")]
-    # a compression stage's tag (compression.stages.1.prune.ratio) is not a key the user wrote
-    return [p for i, p in enumerate(loc) if not (p in STAGE_NAMES and i and loc[i - 1].isdigit())]
+    # a compression stage's tag (compression.stages.1.prune.ratio) is not a key the user
+    # wrote, nor is the field that holds the sections keyed by import paths
+    return [p for i, p in enumerate(loc) if not (p in STAGE_NAMES and i and loc[i - 1].isdigit())
+            and not (p == "user_sections" and i and loc[i - 1] == "model")]
 
 
 def _describe(errors: list[dict], loc: list[str], data: dict,
@@ -198,7 +200,7 @@ def _suggest(loc: list[str], data: dict, root: type[BaseModel]) -> str:
             model = {"float": FloatDomain, "int": IntDomain, "categorical": CategoricalDomain}.get(
                 node.get("type")
             )
-    valid = list(model.model_fields) if model else []
+    valid = [f for f in model.model_fields if f != "user_sections"] if model else []
     near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
     if near:
         return f"; did you mean '{near[0]}'?"

@@ -10,12 +10,15 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (
     Field,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
+from automl.errors import cut_list
 from automl.spec._domains import (
     AUGMENT_IDENTITY,
     BUNDLED_DATASETS,
+    FACTORY_ARGS,
     FAMILIES,
     FILE_SOURCES,
     IMAGE_AUGMENTS,
@@ -32,8 +35,12 @@ from automl.spec._domains import (
     TASK_LOSSES,
     Domain,
     _check_allowed,
+    _check_families,
     _check_numeric,
     _Strict,
+    import_path_problem,
+    is_import_path,
+    looks_like_import_path,
     lower_bound,
     upper_bound,
     values_of,
@@ -318,7 +325,19 @@ _INT_ARCH_KEYS = {"depth", "width", "stages", "fc_width", "patch_size", "dim", "
 
 
 class ModelSpec(_Strict):
-    """The architecture search space: ``family`` selects which sub-section applies."""
+    """The architecture search space: ``family`` selects which sub-section applies.
+
+    A family is a zoo name or the user's own model as an import path,
+    ``package.module:factory`` (``automl.models.user``); its hyperparameters are a section
+    keyed by that same import path, with the zoo sections' domains, e.g.::
+
+        model:
+          family: {type: categorical, choices: [mlp, "mynets:build"]}
+          "mynets:build": {hidden: {type: categorical, choices: [16, 64]}}
+
+    Held as ``user_sections`` (import path -> {hyperparameter: domain}) and written back
+    beside the zoo sections, as the user wrote them.
+    """
 
     #: the architecture family; a categorical searches several, each with the parameters of
     #: its sub-section
@@ -330,11 +349,29 @@ class ModelSpec(_Strict):
     resnet1d: ResNet1dSpace = ResNet1dSpace()
     tcn: TCNSpace = TCNSpace()
     transformer1d: Transformer1dSpace = Transformer1dSpace()
+    user_sections: dict[str, dict[str, Domain]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_user_sections(cls, data: Any) -> Any:
+        """Keys that look like import paths (a ':' or a '.') become ``user_sections``."""
+        if not isinstance(data, dict):
+            return data
+        if USER_SECTIONS in data:  # only ever filled from import-path keys
+            raise ValueError(f"model.{USER_SECTIONS}: unknown key '{USER_SECTIONS}'; a "
+                             "family's section is keyed by its name or import path")
+        user = {k: v for k, v in data.items() if looks_like_import_path(k)}
+        for path in user:
+            if not is_import_path(path):
+                raise ValueError(f"model.{path}: {import_path_problem(path)}")
+        if not user:
+            return data
+        return {**{k: v for k, v in data.items() if k not in user}, USER_SECTIONS: user}
 
     @field_validator("family")
     @classmethod
     def _family(cls, v: Any) -> Any:
-        return _check_allowed(v, FAMILIES, "model family")
+        return _check_families(v)
 
     @model_validator(mode="after")
     def _arch_values(self) -> ModelSpec:
@@ -345,13 +382,43 @@ class ModelSpec(_Strict):
                     _check_numeric(param, f"{fam}.{key}", positive=integer, integer=integer)
                 except ValueError as e:
                     raise ValueError(f"model.{fam}.{key}: {e}") from None
+        chosen = self.families()
+        for path, section in self.user_sections.items():
+            if path not in chosen:
+                raise ValueError(
+                    f"model.{path}: a section for a family that model.family does not "
+                    f"choose ({cut_list(chosen)}); add '{path}' to model.family or remove "
+                    "the section")
+            for key in section:
+                if not key.isidentifier() or key in FACTORY_ARGS:
+                    why = ("is passed to every factory by automl" if key in FACTORY_ARGS
+                           else "is not a Python keyword-argument name")
+                    raise ValueError(f"model.{path}.{key}: '{key}' {why}; rename the "
+                                     "factory's hyperparameter")
         return self
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler) -> dict[str, Any]:  # user sections beside the zoo ones
+        data = handler(self)
+        user = data.pop(USER_SECTIONS, None) or {}
+        return {"family": data.pop("family"), **user, **data}
 
     def families(self) -> list[str]:
         return values_of(self.family) or []
 
+    def user_families(self) -> list[str]:
+        """The family choices that are import paths (the user's own models)."""
+        return [f for f in self.families() if is_import_path(f)]
+
     def branch(self, family: str) -> dict[str, Any]:
+        """``{hyperparameter: domain}`` of ``family`` (a zoo name or an import path)."""
+        if is_import_path(family):
+            return dict(self.user_sections.get(family, {}))
         return dict(getattr(self, family))
+
+
+#: the field that holds the sections keyed by import paths (never written in a spec)
+USER_SECTIONS = "user_sections"
 
 
 class SGDSpace(_Strict):
