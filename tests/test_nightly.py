@@ -354,7 +354,8 @@ def test_a_champion_that_cannot_be_scored_stays_and_the_run_survives(nights, mon
     cv = SimpleNamespace(metric="accuracy", winner_candidate=SimpleNamespace(
         trial_id="t", folds=[{"scores": {"accuracy": 0.9}}] * 2))
     splits = SimpleNamespace(pool=np.arange(720))
-    data = SimpleNamespace(y=np.arange(900) % 10, classes=tuple(str(i) for i in range(10)))
+    data = SimpleNamespace(y=np.arange(900) % 10, classes=tuple(str(i) for i in range(10)),
+                           task="classification")
     info = json.loads((a_dir / "data.json").read_text())
     out = _champion.challenge(exp, data, splits, cv, info, nights["registry"].root, None)
     assert not out["promote"] and out["comparison"] is None

@@ -62,10 +62,13 @@ def train(model: nn.Module, X: Tensor, y: Tensor, *, epochs: int, lr: float = 1e
     """Plain Adam training in place: shuffled minibatches (``torch.Generator(seed)``), the
     ``task``'s loss (cross-entropy; regression: MSE on targets standardised by the model's
     head) unless ``loss_fn(logits, y_batch, index_batch)`` is given (``index_batch`` stays
-    on the CPU; logits are on ``device``). Returns ``model`` in eval mode, on the CPU.
-    Batches of one example are skipped (BatchNorm cannot train on them). On ``device``
-    ``cuda`` the model and data are moved there for the training only."""
+    on the CPU; logits are on ``device``). Returns ``model`` in eval mode, on the CPU,
+    BatchNorm's statistics re-estimated on ``X`` with the final weights
+    (:func:`automl.train.recompute_batchnorm`). Batches of one example are skipped
+    (BatchNorm cannot train on them). On ``device`` ``cuda`` the model and data are moved
+    there for the training only."""
     from automl.task import task_of
+    from automl.train import recompute_batchnorm
 
     if loss_fn is None and task != "classification":
         own = task_of(task).loss("mse").bind(model)
@@ -92,6 +95,9 @@ def train(model: nn.Module, X: Tensor, y: Tensor, *, epochs: int, lr: float = 1e
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
+        # BatchNorm's running averages lag behind weights that changed fast: re-estimated
+        # with the final weights, as every trial's last epoch is (automl.train)
+        recompute_batchnorm(model, X, batch_size, seed)
         model.to("cpu")
     return model.eval()
 
