@@ -349,6 +349,9 @@ class ModelSpec(_Strict):
     resnet1d: ResNet1dSpace = ResNet1dSpace()
     tcn: TCNSpace = TCNSpace()
     transformer1d: Transformer1dSpace = Transformer1dSpace()
+    #: your own model families' hyperparameters: each section keyed by its import path
+    #: (``"mynets:small_cnn": {channels: ...}``) is gathered here and written back under that
+    #: key (docs: Bring your own model)
     user_sections: dict[str, dict[str, Domain]] = {}
 
     @model_validator(mode="before")
