@@ -129,6 +129,10 @@ def search(spec: str | Path | dict | Any, *, model: Any = None, data: Any = None
         out = output or (raw.get("output") or {}).get("dir") or "runs"
         raw["data"] = _with_data(raw.get("data") or {}, data, target, Path(out))
     exp = _experiment(raw, where)
+    if isinstance(spec, (str, Path)):  # a user's model module is looked for beside it
+        exp._spec_dir = str(Path(spec).resolve().parent)
+    elif getattr(spec, "spec_dir", None):
+        exp._spec_dir = spec.spec_dir
     run_dir = choose_run_dir(exp, output, name)
     import optuna
 

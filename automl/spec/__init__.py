@@ -287,7 +287,9 @@ class Experiment(_Strict):
             return self
         data = {**self.to_dict(), "task": task}
         try:
-            return Experiment.model_validate(data)
+            decided = Experiment.model_validate(data)
+            decided._spec_dir = self._spec_dir  # where a user's model module is looked for
+            return decided
         except ValidationError as e:
             message, _ = first_error(e, data, Experiment)
             raise SpecError(f"{message}; the data's target makes this a {task} task",
