@@ -143,7 +143,7 @@ def start_run_dir(exp: Experiment, run_dir: Path, info: dict) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text(run_dir / "spec.yaml", yaml.safe_dump(exp.to_dict(), sort_keys=False))
     write_json(run_dir / "data.json", info)
-    if exp.model.user_families():  # where the user's model came from (automl.models.user)
+    if exp.user_code():  # where the user's model came from (automl.models.user)
         from automl.models.user import write_record
 
         write_record(run_dir, exp)
@@ -405,7 +405,7 @@ def _use_recorded_code(run_dir: Path, console: Console) -> None:
 
 def _user_code(exp: Experiment) -> list[str] | None:
     """The user's model code Ray's workers need (``py_modules``), or None without it."""
-    if not exp.model.user_families():
+    if not exp.user_code():
         return None
     from automl.models.user import ship
 

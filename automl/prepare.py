@@ -97,10 +97,13 @@ def prepare(exp: Experiment, console: Console | None = None) -> Prepared:
     from automl.data import fit_transform, load_dataset, split_dataset
     from automl.selection import make_folds
 
-    if exp.model.user_families():  # a wrong import path fails before the data are read
-        from automl.models.user import resolve
+    if exp.user_code():  # a wrong import path fails before the data are read
+        from automl.models.user import metric_mode, resolve
 
         resolve(exp)
+        if metric_mode(exp) and exp.search.mode is None:  # the user metric's direction
+            exp = exp.model_copy(update={"search": exp.search.model_copy(
+                update={"mode": metric_mode(exp)})})
     dataset = load_dataset(exp.data, exp.task)
     exp = exp.with_task(dataset.task)  # a table's target decided an unset task
     check_kind(exp, dataset)

@@ -61,7 +61,7 @@ def write_record(run_dir: str | Path, exp, splits, final: dict, *, spec_sha256: 
         "weights_sha256": weights_sha256(final["checkpoint"]["model"]),
         "test": final["test"],
     }
-    if exp.model.user_families():  # the user's model code: where it was, what it was
+    if exp.user_code():  # the user's model code: where it was, what it was
         from automl.models.user import describe_all
 
         record["user_models"] = [m.to_dict() for m in describe_all(exp).values()]

@@ -26,6 +26,7 @@ from automl.spec import (
     Experiment,
     FloatDomain,
     IntDomain,
+    is_import_path,
     values_of,
 )
 
@@ -104,6 +105,8 @@ class TrialConfig:
     #: the learning task (``automl.task``) and its training loss (``training.loss``)
     task: str = "classification"
     loss: str = "cross_entropy"
+    #: the user's own search metric (an import path) each epoch also reports, or None
+    metric: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     augment: dict[str, float] = field(default_factory=dict)
 
@@ -134,6 +137,7 @@ class TrialConfig:
             seed=seed,
             task=exp.task or "classification",
             loss=flat.get("training.loss") or _default_loss(exp),
+            metric=exp.search.metric if is_import_path(exp.search.metric) else None,
             augment={k: float(flat[f"data.augment.{k}"]) for k in AUGMENT_IDENTITY
                      if f"data.augment.{k}" in flat},
         )

@@ -291,6 +291,38 @@ def macro_f1(y, pred) -> float:
 TASKS: dict[str, Task] = {"classification": Classification(), "regression": Regression()}
 
 
+def training_loss(task: Task, name: str, label_smoothing: float = 0.0):
+    """The training loss named ``name``: the task's own (:meth:`Task.loss`), or the user's,
+    an import path ``package.module:loss`` called as ``loss(outputs, targets)`` -> a scalar
+    tensor (outputs as the model gives them: logits ``(B, K)`` with int64 targets, or
+    ``(B, 1)`` values in the target's units with float targets ``(B,)``).
+
+    Raises:
+        ValueError: an unknown loss name for the task.
+        ImportError, AttributeError: the user's module or function is gone.
+    """
+    from automl.spec import is_import_path
+
+    if is_import_path(name):
+        from automl.models.user import load_factory
+
+        return load_factory(name)
+    return task.loss(name, label_smoothing)
+
+
+def user_metric(name: str | None):
+    """The user's own search metric, ``package.module:metric`` called as
+    ``metric(y_true, y_pred)`` -> a float (numpy arrays: the validation targets and the
+    task's predictions, classes or values), or None when ``name`` is not an import path."""
+    from automl.spec import is_import_path
+
+    if not is_import_path(name):
+        return None
+    from automl.models.user import load_factory
+
+    return load_factory(name)
+
+
 def task_of(name: str | None) -> Task:
     """The :class:`Task` named ``name`` (None: classification, what runs recorded before
     tasks existed were).

@@ -420,11 +420,12 @@ def fit(
         TrialDiverged: the ``guard`` tripped (agreed across ranks, so all raise together).
     """
     from automl.data import make_augment
-    from automl.task import task_of
+    from automl.task import task_of, training_loss, user_metric
 
     cfg = state.cfg
     task = task_of(cfg.task)
-    loss_fn = task.loss(cfg.loss, cfg.label_smoothing)
+    loss_fn = training_loss(task, cfg.loss, cfg.label_smoothing)
+    extra = user_metric(cfg.metric)  # the user's own search metric, on the validation rows
     if hasattr(loss_fn, "bind"):
         loss_fn = loss_fn.bind(state.model)
     if state.epoch == 0:  # a fresh model: its head fitted to the training targets
@@ -453,6 +454,9 @@ def fit(
             t1 = time.perf_counter()
             scores = evaluate(state.model, *val, shard=shard, task=cfg.task)
             metrics.update({f"val_{k}": v for k, v in scores.items()})
+            if extra is not None:
+                pred = task.predictions(predict(state.model, val[0]).float().cpu())
+                metrics[cfg.metric] = float(extra(val[1].cpu().numpy(), pred))
             metrics["eval_time_s"] = time.perf_counter() - t1
         state.epoch = epoch + 1
         if on_epoch is not None:

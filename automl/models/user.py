@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from automl.errors import SpecError, cut_list
-from automl.spec import FACTORY_ARGS, values_of
+from automl.spec import FACTORY_ARGS, is_import_path, values_of
 
 #: the run directory's record of the user modules it imported (:func:`write_record`)
 RECORD = "user_models.json"
@@ -103,16 +103,63 @@ def resolve(exp, spec_dir: str | Path | None = None) -> dict[str, Callable[..., 
             that the section does not set (``where`` is the key path).
     """
     paths = exp.model.user_families()
-    if not paths:
+    if not exp.user_code():
         return {}
     roots = search_roots(spec_dir if spec_dir is not None else exp.spec_dir)
     add_to_path(roots)
-    return {p: _check_signature(p, _import(p, roots), exp.model.branch(p)) for p in paths}
+    found = {p: _check_signature(p, _import(p, roots), exp.model.branch(p)) for p in paths}
+    for loss in [v for v in values_of(exp.training.loss) or [] if v in exp.user_code()]:
+        found[loss] = _check_function(loss, _import(loss, roots, "training.loss"),
+                                      ("outputs", "targets"), "training.loss")
+    if exp.search.metric in exp.user_code():
+        metric = exp.search.metric
+        found[metric] = _check_function(metric, _import(metric, roots, "search.metric"),
+                                        ("y_true", "y_pred"), "search.metric")
+        if exp.search.mode is None and not isinstance(
+                getattr(found[metric], "greater_is_better", None), bool):
+            raise SpecError(f"{metric} does not say whether a larger value is better",
+                            where="search.metric",
+                            fix="give the function a greater_is_better = True or False "
+                                "attribute, or set search.mode: max or min")
+    return found
 
 
-def _import(import_path: str, roots: list[Path]) -> Callable[..., Any]:
+def metric_mode(exp) -> str | None:
+    """``max`` or ``min`` for the user's own search metric (its ``greater_is_better``
+    attribute, unless ``search.mode`` says), None for a metric of the task's own."""
+    if not is_import_path(exp.search.metric):
+        return None
+    if exp.search.mode is not None:
+        return exp.search.mode
+    return "max" if load_factory(exp.search.metric).greater_is_better else "min"
+
+
+def _check_function(import_path: str, fn: Callable[..., Any], args: tuple[str, ...],
+                    where: str) -> Callable[..., Any]:
+    """``fn`` must take ``len(args)`` positional arguments (``args`` name them).
+
+    Raises:
+        SpecError: it takes fewer, or needs more.
+    """
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: trusted
+        return fn
+    params = [p for p in sig.parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in params if p.default is p.empty]
+    varargs = any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
+    if (len(params) < len(args) and not varargs) or len(required) > len(args):
+        raise SpecError(f"{import_path} takes ({', '.join(p.name for p in params)}); it is "
+                        f"called as {split(import_path)[1]}({', '.join(args)})", where=where,
+                        fix=f"define it as def {split(import_path)[1].split('.')[-1]}"
+                            f"({', '.join(args)})")
+    return fn
+
+
+def _import(import_path: str, roots: list[Path], where: str = "model.family"
+            ) -> Callable[..., Any]:
     module_name, attr = split(import_path)
-    where = "model.family"
     try:
         obj: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
@@ -379,7 +426,7 @@ def _version(module: Any, top: Any, top_name: str) -> str | None:
 
 def describe_all(exp) -> dict[str, UserModule]:
     """``{import path: UserModule}`` of ``exp``'s user families (imported already)."""
-    return {p: describe(p) for p in exp.model.user_families()}
+    return {p: describe(p) for p in exp.user_code()}
 
 
 def ship(exp) -> list[str]:
@@ -397,7 +444,7 @@ def write_record(run_dir: str | Path, exp) -> dict[str, Any] | None:
     without any."""
     from automl._io import write_json
 
-    if not exp.model.user_families():
+    if not exp.user_code():
         return None
     record = {p: m.to_dict() for p, m in describe_all(exp).items()}
     write_json(Path(run_dir) / RECORD, record)

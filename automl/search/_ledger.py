@@ -375,7 +375,8 @@ class Ledger(Callback):
     def report(self, number: int, result: dict[str, Any]) -> None:
         """One epoch report of trial ``number``."""
         t = self.trials.setdefault(number, TrialLog(number))
-        row = {k: result[k] for k in ROW_KEYS if k in result}
+        # the row keys, and the search metric when it is the user's own (an import path)
+        row = {k: result[k] for k in (*ROW_KEYS, self.metric) if k in result}
         add_report(t.rows, row)
         self.reports.append((number, int(row["epoch"]), row))
         self.epochs += 1

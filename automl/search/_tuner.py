@@ -327,7 +327,7 @@ def _record(t: TrialLog, exp: Experiment, store: TrialCheckpoints) -> TrialRecor
         end_state=end["state"],
         epochs_run=int(last.get("epoch", 0)),
         target_epochs=int(t.target or cfg.get("epochs", 0)),
-        metrics={k: float(last[k]) for k in KEPT if k in last},
+        metrics={k: float(last[k]) for k in (*KEPT, exp.search.metric) if k in last},
         history=rows,
         error=end.get("error"),
         reason=end.get("reason"),

@@ -340,6 +340,15 @@ class Experiment(_Strict):
             )
         return self
 
+    def user_code(self) -> list[str]:
+        """Every import path of the user's own code the run needs, once each: model
+        families (:meth:`ModelSpec.user_families`), a training loss and a search metric."""
+        paths = list(self.model.user_families())
+        paths += [v for v in values_of(self.training.loss) or [] if is_import_path(v)]
+        if is_import_path(self.search.metric):
+            paths.append(self.search.metric)
+        return list(dict.fromkeys(paths))
+
     @property
     def max_epochs(self) -> int:
         """The largest number of epochs any trial runs (ASHA's ``max_t``)."""

@@ -468,8 +468,9 @@ class TrainingSpec(_Strict):
     #: label smoothing of the cross-entropy loss (classification only)
     label_smoothing: float = Field(0.0, ge=0, lt=1)
     #: the training loss: ``cross_entropy`` (classification), ``mse`` or ``huber``
-    #: (regression), fixed or searched (a categorical); None: the task's first
-    #: (:data:`TASK_LOSSES`)
+    #: (regression), fixed or searched (a categorical), or your own as an import path,
+    #: ``package.module:loss`` called as ``loss(outputs, targets)`` -> a scalar tensor;
+    #: None: the task's first (:data:`TASK_LOSSES`)
     loss: Domain | None = None
     sgd: SGDSpace = SGDSpace()
     guard: GuardSpec = GuardSpec()
@@ -481,6 +482,11 @@ class TrainingSpec(_Strict):
         if v is None:
             return v
         every = tuple(dict.fromkeys(x for losses in TASK_LOSSES.values() for x in losses))
+        if isinstance(v, str) and looks_like_import_path(v):
+            if not is_import_path(v):
+                raise ValueError(f"training loss {v!r} is not an import path of the form "
+                                 "package.module:function")
+            return v  # the user's own loss: imported and checked before anything starts
         return _check_allowed(v, every, "training loss")
 
     @field_validator("optimizer")
@@ -582,14 +588,19 @@ class SearchSpec(_Strict):
     @field_validator("metric")
     @classmethod
     def _metric(cls, v: str | None) -> str | None:
+        if isinstance(v, str) and looks_like_import_path(v):
+            if not is_import_path(v):
+                raise ValueError(f"metric {v!r} is not an import path of the form "
+                                 "package.module:function")
+            return v  # the user's own metric: its direction comes from the function
         return v if v is None else _check_allowed(v, tuple(REPORTED_METRICS), "metric")
 
     @model_validator(mode="after")
     def _mode(self) -> SearchSpec:
         if self.objectives is not None:
             self._check_objectives()
-        elif self.metric is None:
-            pass  # the task's default, filled in by Experiment once the task is known
+        elif self.metric is None or is_import_path(self.metric):
+            pass  # the task's default once the task is known, or the user metric's own
         elif self.mode is None:
             object.__setattr__(self, "mode", REPORTED_METRICS[self.metric])
         elif self.mode != REPORTED_METRICS[self.metric]:
