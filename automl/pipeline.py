@@ -256,6 +256,7 @@ def run_main_job(
                       + (f"; dashboard {handle.dashboard_url}" if handle.dashboard_url else "")
                       + (f"; metrics {handle.metrics_url}" if handle.metrics_url else ""))
         # admission before anything is written: an impossible request leaves no run dir
+        cluster.admit_data_parallel(exp.resources, handle)
         admission = cluster.admit_trials(exp.resources)
         check_storage(exp, admission.nodes)
         if not (run_dir / "spec.yaml").exists():

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from automl.parallel import broadcast_buffers, full_state, is_sharded, load_full_state
 from automl.space import TrialConfig
 from automl.task import macro_f1  # noqa: F401 - its home was here
 
@@ -157,7 +158,9 @@ def train_epoch(
         else:
             loss.backward()
         if guard.max_grad_norm is not None:
-            norm = float(nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+            norm = nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+            # sharded (FSDP) gradients give a DTensor norm, already reduced over the ranks
+            norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
             stats.grad_norm = max(stats.grad_norm, norm)
         if scaler is not None:
             scaler.step(opt)
@@ -284,12 +287,17 @@ def evaluate(
     With ``shard.world > 1`` each rank scores its own slice of the rows and the
     predictions are gathered (``torch.distributed.all_gather_object``), so every rank
     returns the metrics of the whole set, not of rank 0's slice. Every rank must call it.
+    The slices are padded to one length (a sharded model's every forward pass is a
+    collective, so every rank runs as many), the padding's outputs dropped.
     """
     if shard.world > 1:
         import torch.distributed as dist
 
         part = np.array_split(np.arange(len(y)), shard.world)[shard.rank]
-        logits = predict(model, X[part]).float().cpu()
+        size = -(-len(y) // shard.world)  # the longest slice
+        padded = np.concatenate([part, np.zeros(size - len(part), dtype=part.dtype)])
+        logits = predict(model, X[torch.from_numpy(padded).to(X.device)]).float().cpu()
+        logits = logits[:len(part)]
         mine = (logits.numpy(), y[part].cpu().numpy())
         gathered: list = [None] * shard.world
         dist.all_gather_object(gathered, mine)
@@ -312,7 +320,8 @@ def to_tensors(X: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The module inside a DDP/FSDP wrapper (the model itself when not wrapped)."""
+    """The module inside a DDP wrapper (the model itself when not wrapped, or sharded in
+    place by FSDP2: :func:`automl.parallel.wrap`)."""
     return getattr(model, "module", model)
 
 
@@ -349,7 +358,16 @@ class TrainState:
         return cls(model, opt, sched, cfg, tuple(input_shape), num_classes)
 
     def checkpoint(self, metrics: dict[str, float] | None = None) -> dict[str, Any]:
-        """A self-describing dict: weights, optimizer and schedule state, the config."""
+        """A self-describing dict: weights, optimizer and schedule state, the config.
+
+        The weights are the plain model's ``state_dict()`` and the optimizer's state is
+        keyed by parameter index, whatever the wrapper: an FSDP-sharded model's full state
+        is gathered first (:func:`automl.parallel.full_state`, a collective: every rank
+        calls this, and only rank 0's dict holds the weights)."""
+        if is_sharded(self.model):
+            weights, optim = full_state(self.model, self.optimizer)
+        else:
+            weights, optim = unwrap(self.model).state_dict(), self.optimizer.state_dict()
         return {
             "format": CHECKPOINT_FORMAT,
             "config": self.cfg.to_dict(),
@@ -358,15 +376,19 @@ class TrainState:
             "epoch": self.epoch,
             "first_loss": self.first_loss,
             "metrics": dict(metrics or {}),
-            "model": unwrap(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": weights,
+            "optimizer": optim,
             "schedule": self.schedule.state_dict(),
         }
 
     def restore(self, ckpt: dict[str, Any]) -> None:
-        """Continue from a :meth:`checkpoint` dict (weights, optimizer, schedule, epoch)."""
-        unwrap(self.model).load_state_dict(ckpt["model"])
-        self.optimizer.load_state_dict(ckpt["optimizer"])
+        """Continue from a :meth:`checkpoint` dict (weights, optimizer, schedule, epoch);
+        a sharded model takes its shards of the full state (every rank calls this)."""
+        if is_sharded(self.model):
+            load_full_state(self.model, self.optimizer, ckpt["model"], ckpt["optimizer"])
+        else:
+            unwrap(self.model).load_state_dict(ckpt["model"])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
         self.schedule.load_state_dict(ckpt["schedule"])
         self.epoch = int(ckpt["epoch"])
         self.first_loss = ckpt.get("first_loss")
@@ -452,6 +474,8 @@ def fit(
                    "train_time_s": time.perf_counter() - t0}
         if val is not None:
             t1 = time.perf_counter()
+            if is_sharded(state.model):  # every rank scores with rank 0's BN statistics
+                broadcast_buffers(state.model)
             scores = evaluate(state.model, *val, shard=shard, task=cfg.task)
             metrics.update({f"val_{k}": v for k, v in scores.items()})
             if extra is not None:

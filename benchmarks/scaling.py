@@ -14,6 +14,18 @@ alone are compared.
   (``trials.jsonl``: training, evaluation and reporting); start-up per trial = (sweep
   wall - epochs x epoch time) / trials: everything a trial costs besides its epochs
   (actor or worker-group start, model build, Tune's bookkeeping).
+* Where a data-parallel trial's start-up goes (issue 42), median over its trials, from
+  the first report's breakdown (``automl.search._distributed``) and the sweep's
+  ``trials.jsonl`` events (driver clock; one machine, so the clocks agree):
+  ``between_trials_s`` (the previous trial's end -> this one's start: Tune stops the old
+  trial actor and starts a new one), ``tune_s`` (Tune's start -> the trial function, and
+  the first report's way back), ``start_trial_s`` (the trial's imports of Ray Train),
+  ``start_train_s`` (Train's controller, placement group and worker actors, up to the
+  worker process), ``start_worker_s`` (the worker process -> our loop: imports, Train's
+  worker set-up, the process group), ``setup_*_s`` (our loop's set-up: imports, data,
+  model and wrapper, checkpoint look-up, node gather, costs). Ray Train's own settings
+  (``automl.cluster.TRAIN_ENV``) are read from the environment: run once more with e.g.
+  ``RAY_TRAIN_ENABLE_PREEMPTION_WATCHER=1`` to measure what one of them saves.
 """
 
 from __future__ import annotations
@@ -55,6 +67,50 @@ def report_timing(run_dir: Path, sweep_wall_s: float | None = None) -> dict:
     return {"trials": len(trials), "epochs": len(rows), "epoch_wall_s": round(epoch, 4),
             "epoch_train_s": round(statistics.median(r["train_time_s"] for r in rows), 4),
             "startup_per_trial_s": None if startup is None else round(startup, 3)}
+
+
+#: the start-up phases of a data-parallel trial, in order, and whose they are
+PHASES = (("between_trials_s", "Tune: the previous trial actor stopped, this one started",
+           "Ray"),
+          ("tune_s", "Tune: start -> trial function; first report back", "Ray"),
+          ("start_trial_s", "trial process: imports of Ray Train", "Ray"),
+          ("start_train_s", "Train: controller, placement group, worker actors", "Ray"),
+          ("start_worker_s", "worker: imports, Train's worker set-up, process group", "Ray"),
+          ("setup_imports_s", "worker loop: our modules", "ours"),
+          ("setup_data_s", "worker loop: arrays from the object store", "ours"),
+          ("setup_model_s", "worker loop: model, wrapper (waits for every rank), optimizer "
+           "(torch imports torch._dynamo at the first one)",
+           "ours"),
+          ("setup_resume_s", "worker loop: checkpoint look-up", "ours"),
+          ("setup_place_s", "worker loop: gather the ranks' nodes", "ours"),
+          ("setup_costs_s", "worker loop: model costs (params, MACs, latency)", "ours"))
+
+
+def startup_breakdown(run_dir: Path) -> dict:
+    """Median seconds per start-up phase (:data:`PHASES`) over the data-parallel trials of
+    ``run_dir``'s ``trials.jsonl``, plus ``first_report_s`` (Tune's start of the trial ->
+    its first report) and ``trials``. A phase no trial reported is left out."""
+    rows = [json.loads(x) for x in (run_dir / "trials.jsonl").read_text().splitlines() if x]
+    starts = {r["trial_id"]: r["time"] for r in rows if r.get("event") == "start"}
+    ends = sorted(r["time"] for r in rows if r.get("event") == "end")
+    per: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("epoch") != 1 or "start_train_s" not in r or r["trial_id"] not in starts:
+            continue
+        t0 = starts[r["trial_id"]]
+        before = [e for e in ends if e <= t0]
+        ours = ("start_trial_s", "start_train_s", "start_worker_s", "setup_s", "train_time_s",
+                "eval_time_s")
+        got = {"first_report_s": r["time"] - t0,
+               "tune_s": r["time"] - t0 - sum(r.get(k, 0.0) for k in ours),
+               **{k: r[k] for k, _, _ in PHASES if k in r}}
+        if before:
+            got["between_trials_s"] = t0 - before[-1]
+        for k, v in got.items():
+            per.setdefault(k, []).append(v)
+    out = {k: round(statistics.median(v), 3) for k, v in per.items()}
+    out["trials"] = len(per.get("first_report_s", []))
+    return out
 
 
 def _ddp_landed() -> bool:
@@ -144,4 +200,16 @@ def run(quick: bool, ctx: dict) -> Result:
         "so 2 workers use both cores where 1 worker uses one; each rank trains on half "
         "of every batch and gradients are all-reduced over gloo every step.")
     res.data["workers"] = ddp
+    phases = startup_breakdown(Path(runs["workers2"]["run_dir"]))
+    res.data["startup_breakdown"] = phases
+    res.tables.append(Table(
+        f"Where a 2-worker trial's start-up goes, median over {phases['trials']} trial(s) "
+        "(first report's breakdown and trials.jsonl events)",
+        ["phase", "seconds", "what", "whose"],
+        [[k, phases.get(k), what, whose] for k, what, whose in PHASES]
+        + [["first_report_s", phases.get("first_report_s"),
+            "Tune's start of the trial -> its first report (one epoch included)", ""]]))
+    startup = ddp[2]["startup_per_trial_s"]
+    res.goals.append(Goal("start-up per trial with 2 workers <= 8 s (issue 42)",
+                          f"{startup:.1f} s", startup <= 8.0))
     return res

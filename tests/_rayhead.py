@@ -64,8 +64,11 @@ def _group_alive(pgid: int) -> bool:
 
 
 def start_head(num_cpus: int, *, autoscaling: dict | None = None, env: dict | None = None,
-               object_store_mb: int = 150, timeout_s: float = 90.0) -> Head:
-    """Start a head node and wait (at most ``timeout_s``) until its Jobs API answers.
+               object_store_mb: int = 150, timeout_s: float = 90.0,
+               dashboard: bool = True) -> Head:
+    """Start a head node and wait (at most ``timeout_s``) until its Jobs API answers
+    (``dashboard=False``: ``--include-dashboard=false``, ready once ``ray start`` says the
+    runtime started; no Jobs or State API then).
 
     ``autoscaling``: worker node types for Ray's fake multi-node provider
     (``{"cpu_node": {"resources": {"CPU": 1}, "min_workers": 0, "max_workers": 2}}``)
@@ -82,6 +85,7 @@ def start_head(num_cpus: int, *, autoscaling: dict | None = None, env: dict | No
     run_env.pop("RAY_API_SERVER_ADDRESS", None)
     cmd = [str(VENV_BIN / "ray"), "start", "--head", "--block", f"--port={port}",
            f"--num-cpus={num_cpus}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dport}",
+           f"--include-dashboard={str(dashboard).lower()}",
            f"--ray-client-server-port={free_port()}",
            f"--dashboard-agent-listen-port={free_port()}",
            f"--dashboard-agent-grpc-port={free_port()}", f"--metrics-export-port={free_port()}",
@@ -98,7 +102,7 @@ def start_head(num_cpus: int, *, autoscaling: dict | None = None, env: dict | No
                                 start_new_session=True, cwd=temp)
     head = Head(proc, f"{ip}:{port}", f"http://127.0.0.1:{dport}", temp, log)
     try:
-        _wait_ready(head, timeout_s)
+        _wait_ready(head, timeout_s) if dashboard else _wait_started(head, timeout_s)
     except BaseException:
         head.stop()
         raise
@@ -124,6 +128,18 @@ def _wait_ready(head: Head, timeout_s: float) -> None:
             time.sleep(1.0)
     raise TimeoutError(f"head not ready in {timeout_s}s: {last}; "
                        f"log: {head.log.read_text()[-2000:]}")
+
+
+def _wait_started(head: Head, timeout_s: float) -> None:
+    """Wait until ``ray start --block`` logs that the runtime started (no dashboard to ask)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not head.alive():
+            raise RuntimeError(f"ray start exited: {head.log.read_text()[-2000:]}")
+        if "Ray runtime started" in head.log.read_text():
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"head not started in {timeout_s}s; log: {head.log.read_text()[-2000:]}")
 
 
 def fake_cluster_config(types: dict, gcs_address: str, head_cpus: int) -> dict:

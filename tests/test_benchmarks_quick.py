@@ -74,6 +74,24 @@ def test_report_timing_from_trials_jsonl(tmp_path):
     assert scaling.report_timing(tmp_path, sweep_wall_s=20.0)["startup_per_trial_s"] == 4.0
 
 
+def test_startup_breakdown_from_trials_jsonl(tmp_path):
+    rows = []
+    for k, start in enumerate((0.0, 30.0)):  # two data-parallel trials, one at a time
+        rows += [{"trial_id": str(k), "time": start, "event": "start"},
+                 {"trial_id": str(k), "time": start + 12.0, "epoch": 1, "start_trial_s": 0.5,
+                  "start_train_s": 4.0, "start_worker_s": 5.0, "setup_s": 1.0,
+                  "setup_model_s": 0.75 + k * 0.5, "train_time_s": 0.5, "eval_time_s": 0.25},
+                 {"trial_id": str(k), "time": start + 13.0, "epoch": 2, "setup_s": 0.0},
+                 {"trial_id": str(k), "time": start + 14.0, "event": "end"}]
+    (tmp_path / "trials.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    b = scaling.startup_breakdown(tmp_path)
+    assert b["trials"] == 2 and b["first_report_s"] == 12.0
+    assert b["tune_s"] == 0.75  # 12 - (0.5 + 4 + 5 + 1 + 0.5 + 0.25)
+    assert b["between_trials_s"] == 16.0  # only the second trial has one before it
+    assert b["setup_model_s"] == 1.0 and b["start_worker_s"] == 5.0
+    assert "setup_data_s" not in b  # not reported, not invented
+
+
 #: the sections the suite runs, each in a fresh process of its own (each one bounded
 #: alone: the four in one process took over 300 s on 2 cores with one kept busy);
 #: ``scaling`` (Ray Train worker groups, ~20 s each) and ``chaos`` (kills and resumes) run

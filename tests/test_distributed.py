@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -75,7 +76,6 @@ def test_ddp_admission_counts_driver_and_every_worker():
 @pytest.mark.parametrize(("kw", "pattern"), [
     ({"workers_per_trial": 2, "gpus_per_worker": 0.5}, "fractional"),
     ({"precision": "bf16"}, "autocast needs GPUs"),
-    ({"strategy": "fsdp"}, "fsdp needs GPUs"),
 ])
 def test_device_requests_refused_clearly(tmp_path, kw, pattern):
     body = ", ".join(f"{k}: {v}" for k, v in kw.items())
@@ -109,6 +109,105 @@ def test_validation_metrics_are_reduced_over_all_ranks(tmp_path):
     # rank 0's slice alone would give a different number
     half = evaluate(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)), X[:51], y[:51])
     assert half["loss"] != pytest.approx(single["loss"])
+
+
+# ----------------------------------------------------------------------------- FSDP
+FSDP_ARCH = {"family": "resnet", "width": 8, "depth": 1, "stages": 2}  # convs and BatchNorm
+#: DDP and FSDP compute the same updates; only the order of floating-point sums differs
+#: (all-reduce against reduce-scatter), so their losses agree to float32 rounding
+LOSS_RTOL = 1e-4
+
+
+def _digits(n: int, seed: int):
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    idx = np.random.default_rng(seed).permutation(len(y))[:n]
+    return (torch.tensor(X[idx] / 16.0, dtype=torch.float32).reshape(-1, 1, 8, 8),
+            torch.tensor(y[idx], dtype=torch.long))
+
+
+def _rank_fit(rank, world, path, strategy, data, out_dir, out):
+    """One rank: 3 epochs of ``strategy``, a checkpoint, a restore, one epoch more."""
+    import torch.distributed as dist
+
+    from automl.parallel import local_params, wrap
+    from automl.space import TrialConfig
+    from automl.train import TrainState, fit
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world)
+    cfg = TrialConfig(arch=dict(FSDP_ARCH), optimizer="adam", lr=3e-3, batch_size=64,
+                      epochs=4, weight_decay=1e-4, init="kaiming", seed=3)
+    (X, y), val = data
+
+    def new_state():
+        return TrainState.create(cfg, (1, 8, 8), 10, len(y),
+                                 wrap=lambda m: wrap(m, strategy, "cpu"))
+
+    state = new_state()
+    rows: list = []
+    fit(state, (X, y), val, on_epoch=lambda st, m: rows.append(m), epochs=3,
+        shard=Shard(rank, world))
+    ckpt = state.checkpoint({"val_loss": rows[-1]["val_loss"]})  # a collective under FSDP
+    file = out_dir / f"{strategy}.pt"
+    if rank == 0:
+        torch.save(ckpt, file)
+    dist.barrier()
+    again = new_state()
+    again.restore(torch.load(file, weights_only=True))
+    more = [fit(s, (X, y), val, epochs=4, shard=Shard(rank, world)) for s in (state, again)]
+    out[(strategy, rank)] = {"local": local_params(state.model), "rows": rows,
+                             "more": [m["train_loss"] for m in more]}
+    dist.destroy_process_group()
+
+
+def test_fsdp_shards_trains_like_ddp_and_saves_a_plain_checkpoint(tmp_path):
+    """FSDP2 on CPU with gloo, 2 ranks: each holds half the parameters; over 3 epochs its
+    losses match DDP's within LOSS_RTOL; its checkpoint restores (training continues as
+    if never stopped), has DDP's format, loads into a plain model and exports to ONNX."""
+    from automl.compress.onnx_export import export_onnx
+    from automl.models import build_model
+    from automl.train import load_checkpoint
+
+    data = (_digits(320, 0), _digits(97, 1))  # 97 rows: the ranks' slices are uneven
+    with mp.Manager() as manager:
+        out = manager.dict()
+        for strategy in ("ddp", "fsdp"):
+            mp.spawn(_rank_fit, args=(2, tmp_path / f"pg-{strategy}", strategy, data, tmp_path,
+                                      out), nprocs=2, join=True)
+        out = dict(out)
+    total = sum(p.numel() for p in build_model(FSDP_ARCH, (1, 8, 8), 10).parameters())
+    assert out[("ddp", 0)]["local"] == out[("ddp", 1)]["local"] == total
+    shards = [out[("fsdp", r)]["local"] for r in (0, 1)]
+    assert sum(shards) == total and all(abs(n - total / 2) <= 0.05 * total for n in shards)
+    for key in ("train_loss", "val_loss", "val_accuracy"):
+        ddp = [r[key] for r in out[("ddp", 0)]["rows"]]
+        fsdp = [r[key] for r in out[("fsdp", 0)]["rows"]]
+        assert fsdp == pytest.approx(ddp, rel=LOSS_RTOL), key
+    assert out[("ddp", 0)]["rows"][-1]["train_loss"] < out[("ddp", 0)]["rows"][0]["train_loss"]
+    for strategy in ("ddp", "fsdp"):  # restored: the 4th epoch as if training never stopped
+        run_on, restored = out[(strategy, 0)]["more"]
+        assert restored == pytest.approx(run_on, rel=1e-6)
+    ddp_ckpt = torch.load(tmp_path / "ddp.pt", weights_only=True)
+    fsdp_ckpt = torch.load(tmp_path / "fsdp.pt", weights_only=True)
+    assert set(fsdp_ckpt) == set(ddp_ckpt)
+    assert set(fsdp_ckpt["model"]) == set(ddp_ckpt["model"])
+    assert set(fsdp_ckpt["optimizer"]["state"]) == set(ddp_ckpt["optimizer"]["state"])
+    assert [g["params"] for g in fsdp_ckpt["optimizer"]["param_groups"]] == \
+        [g["params"] for g in ddp_ckpt["optimizer"]["param_groups"]]
+    # what CV, refit, compression and the registry do: a plain model from the checkpoint
+    plain, _ = load_checkpoint(tmp_path / "fsdp.pt")
+    reference, _ = load_checkpoint(tmp_path / "ddp.pt")
+    Xv = data[1][0]
+    with torch.no_grad():
+        assert torch.allclose(plain(Xv), reference(Xv), atol=1e-3)
+    import onnxruntime as ort
+
+    onnx = export_onnx(plain, tmp_path / "fsdp.onnx", Xv[:4])
+    got = ort.InferenceSession(str(onnx)).run(None, {"input": Xv[:5].numpy()})[0]
+    with torch.no_grad():
+        assert np.allclose(got, plain(Xv[:5]).numpy(), atol=1e-4)
 
 
 # ----------------------------------------------------------------------------- on Ray
@@ -160,6 +259,29 @@ def test_ddp_sweep_runs_trials_back_to_back_without_deadlock(ray4, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "trials.jsonl").open()]
     rows = [r for r in rows if "event" not in r]  # the epoch reports
     assert len(rows) == 4 and all(r["world_size"] == 2 for r in rows)
+    assert summary["best"]["val"]["val_accuracy"] > 0.5
+    assert 0.5 < summary["test"]["accuracy"] <= 1.0
+
+
+@pytest.mark.timeout(400)
+def test_fsdp_sweep_trains_and_its_checkpoint_feeds_the_job(ray4, tmp_path):
+    """``strategy: fsdp`` end to end on Ray: the trial trains on 2 sharded ranks, its
+    checkpoint is a plain model's (loaded without FSDP), and cross-validation and the
+    refit run from it as from a DDP trial's."""
+    from automl.train import load_checkpoint
+
+    exp = load_spec(write_spec(tmp_path, DDP.replace("TRIALS", "1").replace("EPOCHS", "2")),
+                    {"resources.strategy": "fsdp"})
+    summary = _run(exp, tmp_path / "run", timeout_s=300)
+    assert summary["trials"]["completed"] == 1 and summary["trials"]["failed"] == 0
+    rows = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").open()]
+    rows = [r for r in rows if "event" not in r]
+    assert [r["epoch"] for r in rows] == [1, 2] and all(r["world_size"] == 2 for r in rows)
+    assert "latency_ms" not in rows[0]  # FSDP trials measure no costs
+    assert rows[0]["start_train_s"] > 0 and rows[0]["setup_s"] > 0  # the start-up breakdown
+    ckpt = next((tmp_path / "run" / "checkpoints" / "trial_0").glob("epoch_*.pt"))
+    model, saved = load_checkpoint(ckpt)
+    assert saved["epoch"] == 2 and not any(hasattr(p, "to_local") for p in model.parameters())
     assert summary["best"]["val"]["val_accuracy"] > 0.5
     assert 0.5 < summary["test"]["accuracy"] <= 1.0
 
@@ -217,3 +339,87 @@ def test_killed_worker_resumes_from_its_last_checkpoint(ray4, tmp_path):
     assert [r["epoch"] for r in rows].count(1) == 1
     assert rows[-1]["epoch"] == 12
     assert np.isfinite(summary["test"]["accuracy"])
+
+
+@pytest.mark.timeout(300)
+def test_trial_whose_workers_get_no_placement_fails_in_one_line(ray4, tmp_path):
+    """Something else holds the CPUs (a placement group, as a leaked one would): the
+    trial's workers wait ``start_timeout_s`` (not forever), the trial fails with one line
+    naming what it waited for, and the sweep ends cleanly."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from automl.errors import RunError
+    from automl.pipeline import run_main_job
+
+    exp = load_spec(write_spec(tmp_path, DDP.replace("TRIALS", "1").replace("EPOCHS", "1")),
+                    {"resources.start_timeout_s": 4, "resources.max_failures": 0})
+    blocker = placement_group([{"CPU": 3}])
+    assert blocker.wait(60)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(RunError, match="no trial finished"):
+            run_main_job(exp, tmp_path / "run", console=Console(quiet=True))
+        assert time.monotonic() - t0 < 120
+    finally:
+        remove_placement_group(blocker)
+    ends = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").open()]
+    ends = [r for r in ends if r.get("event") == "end"]
+    assert len(ends) == 1 and ends[0]["state"] == "failed"
+    reason = ends[0]["reason"]
+    assert "\n" not in reason
+    assert re.fullmatch(r"resources: trial 0: its 2 workers \(CPU=1, memory=768MiB each\) got "
+                        r"no placement in 4s; free: CPU=0\.99, memory=\d+MiB of CPU=4, "
+                        r"memory=\d+MiB \(.*raise resources\.start_timeout_s\)", reason), reason
+    deadline = time.monotonic() + 30  # nothing of the trial is left once ours is freed
+    while ray.available_resources().get("CPU", 0) < 3.99 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) >= 3.99
+
+
+# --------------------------------------------------------- a cluster without the dashboard
+HANG = """
+name: nodash
+model: {family: mlp, mlp: {depth: 1, width: {type: categorical, choices: [16, 32]}}}
+training: {optimizer: adam, lr: {type: float, low: 3e-3, high: 1e-2, log: true},
+           batch_size: 64, epochs: 2, init: default}
+search: {num_samples: 6, seed: 0, sampler: random}
+scheduler: {type: asha, grace_period: 1, reduction_factor: 2, max_epochs: 2}
+selection: {top_k: 1, cv_folds: 2}
+tracking: {backend: none}
+resources: {workers_per_trial: 2, cpus_per_worker: 0.5, memory_per_worker_mb: 256}
+"""
+
+
+@pytest.mark.timeout(240)
+def test_cluster_without_dashboard_refuses_data_parallel_sweep_in_one_line(tmp_path):
+    """Issue 42: on a ``ray start --include-dashboard=false`` cluster, Train's placement-
+    group cleanup has no State API and a 6-trial data-parallel sweep hung after 2 trials.
+    It is refused at admission: one line, exit 3, well within 60 s, nothing written."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from _rayhead import start_head
+
+    head = start_head(num_cpus=2, dashboard=False)
+    try:
+        spec = write_spec(tmp_path, HANG)
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        env.pop("RAY_ADDRESS", None)
+        env.pop("RAY_API_SERVER_ADDRESS", None)
+        t0 = time.monotonic()
+        res = subprocess.run([str(Path(sys.executable).parent / "automl"), "search", str(spec),
+                              "--address", head.gcs_address, "--output", str(tmp_path / "runs")],
+                             env=env, capture_output=True, text=True, timeout=60)
+        elapsed = time.monotonic() - t0
+    finally:
+        head.stop()
+    assert res.returncode == 3, res.stdout + res.stderr
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, res.stderr
+    assert re.search(r"data-parallel trials \(resources\.workers_per_trial: 2\) need the "
+                     r"cluster's State API.*runs without the dashboard.*"
+                     r"`ray start --head --include-dashboard=true`", lines[0]), lines[0]
+    assert elapsed < 60
+    assert not (tmp_path / "runs" / "nodash").exists()

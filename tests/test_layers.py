@@ -20,7 +20,7 @@ LAYER = {
     "_interrupt": 0,
     "spec": 1,
     "space": 2, "data": 2, "models": 2, "task": 2,
-    "train": 3, "cluster": 3, "determinism": 3,
+    "parallel": 3, "train": 3, "cluster": 3, "determinism": 3,
     "search": 4,
     "selection": 5,
     "compress": 6,

@@ -11,11 +11,13 @@ from automl.cluster._admission import (
     Admission,
     admit,
     admit_bundles,
+    admit_data_parallel,
     admit_trials,
     trial_bundles,
 )
 from automl.cluster._autoscale import Autoscaling, NodeType, capacity, detect, drop_undeclared
 from automl.cluster._connect import (
+    TRAIN_ENV,
     RayHandle,
     connect,
     free_port,
@@ -27,7 +29,8 @@ from automl.cluster._instance import forget_instance, record_instance, stop_left
 from automl.cluster._token import TOKEN_FIX, token_available, use_cluster_token
 
 __all__ = [
-    "DRIVER", "TOKEN_FIX", "Admission", "Autoscaling", "NodeType", "RayHandle", "admit",
+    "DRIVER", "TOKEN_FIX", "TRAIN_ENV", "Admission", "Autoscaling", "NodeType", "RayHandle", "admit",
+    "admit_data_parallel",
     "admit_bundles", "admit_trials", "capacity", "connect", "detect", "drop_undeclared",
     "forget_instance", "free_port", "is_loopback", "port_free", "record_instance", "shutdown",
     "stop_leftover", "token_available", "trial_bundles", "use_cluster_token",

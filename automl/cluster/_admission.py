@@ -136,3 +136,33 @@ def trial_bundles(resources) -> list[dict[str, float]]:
 def admit_trials(resources, nodes: list[dict] | None = None) -> Admission:
     """Admission for the search's trials as a ``ResourcesSpec`` describes them."""
     return admit_bundles(trial_bundles(resources), resources.concurrent_trials, nodes)
+
+
+#: the fix for a cluster without the State API that data-parallel trials need
+STATE_API_FIX = ("start the cluster's head with the dashboard, `ray start --head "
+                 "--include-dashboard=true` (it needs ray[default]), or run one worker per "
+                 "trial: resources.workers_per_trial: 1")
+
+
+def admit_data_parallel(resources, handle) -> None:
+    """Refuse data-parallel trials on a cluster they cannot run on, before anything runs.
+
+    Ray Train frees the placement group of a trial whose controller did not shut down
+    itself (Tune stopping the trial: ASHA, the budget, Ctrl-C) through a cleaner that asks
+    the State API whether the controller still lives; the State API is served by the
+    dashboard. On a cluster started without it the cleaner never learns, the placement
+    group stays, and the next trial's workers wait forever (issue 42; ray#54305,
+    ray#65447). ``handle`` is the :class:`~automl.cluster.RayHandle` of the connection:
+    a cluster whose dashboard is not known to be missing is admitted.
+
+    Raises:
+        ResourceError: ``resources`` asks for data-parallel trials and the cluster runs
+            without the dashboard.
+    """
+    if not resources.distributed or not handle.dashboard_known or handle.dashboard_url:
+        return
+    raise ResourceError(
+        f"data-parallel trials (resources.workers_per_trial: {resources.workers_per_trial}) "
+        "need the cluster's State API, which Ray Train's placement-group cleanup asks, but "
+        "the cluster runs without the dashboard that serves it", where=f"ray {handle.address}",
+        fix=STATE_API_FIX)

@@ -5,6 +5,7 @@ imported anywhere."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -21,10 +22,23 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 # Tune's own CSV/JSON/TensorBoard loggers off: the sweep's ledger and its sinks record.
 os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-os.environ.setdefault("RAY_TRAIN_V2_ENABLED", "1")
-# Train V2's controller polls its workers at this interval and a report waits for the
-# poll: the default 2 s adds up to 2 s per epoch to every data-parallel trial.
-os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.2")
+#: Ray Train's settings for data-parallel trials. Set here for a local instance (its
+#: raylet, so every worker, inherits this process's environment) and again in each
+#: data-parallel trial's process (a cluster's workers do not inherit it): Train passes
+#: them on to its controller and workers.
+TRAIN_ENV = {
+    "RAY_TRAIN_V2_ENABLED": "1",
+    # the controller polls its workers at this interval and a report waits for the poll:
+    # the default 2 s adds up to 2 s per epoch to every data-parallel trial
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",
+    # one actor process less per trial (start-up, issue 42): the watcher of node drains
+    # (ray#63807) only turns a spot node's preemption into a separate retry budget; a
+    # preempted worker still fails the group, which restarts from the trial's checkpoint
+    # (resources.max_failures)
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+}
+for _k, _v in TRAIN_ENV.items():
+    os.environ.setdefault(_k, _v)
 # Resume reads the run directory (study.db, trials.jsonl, the trials' checkpoints), never
 # Tune's experiment snapshots: let Tune write them rarely (it still does at the end).
 os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "3600")
@@ -33,14 +47,28 @@ os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "3600")
 @dataclass(frozen=True)
 class RayHandle:
     """What :func:`connect` did: ``started`` is True when this process owns the instance;
-    ``metrics_url`` is the Prometheus endpoint of the local node (None when joining a
-    cluster: each node exports its own)."""
+    ``dashboard_url`` is None when the cluster runs without the dashboard (and so without
+    the State API), ``dashboard_known`` False when this process found Ray initialised by
+    someone else and cannot tell; ``metrics_url`` is the Prometheus endpoint of the local
+    node (None when joining a cluster: each node exports its own)."""
 
     started: bool
     address: str
     dashboard_url: str | None
     metrics_url: str | None = None
     session_dir: str | None = None
+    dashboard_known: bool = True
+
+
+#: the handle of the connection :func:`connect` made in this process, by GCS address
+_current: dict[str, RayHandle] = {}
+
+
+def _remember(handle: RayHandle, info) -> RayHandle:
+    """Keep ``handle`` as this process's connection (``info``: what ``ray.init`` returned)."""
+    _current.clear()
+    _current[info.address_info.get("gcs_address", "")] = handle
+    return handle
 
 
 def is_loopback(host: str) -> bool:
@@ -112,7 +140,10 @@ def connect(
 
     if ray.is_initialized():
         ctx = ray.get_runtime_context()
-        return RayHandle(False, ctx.gcs_address, None)
+        mine = _current.get(ctx.gcs_address)
+        if mine is not None:  # ours, connected earlier (a test's, a benchmark's)
+            return dataclasses.replace(mine, started=False)
+        return RayHandle(False, ctx.gcs_address, None, dashboard_known=False)
     env = {"runtime_env": {"py_modules": list(py_modules)}} if py_modules else {}
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
@@ -121,7 +152,7 @@ def connect(
         use_cluster_token()  # Ray 2.60 clusters require their token by default
         info = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True,
                         **env)
-        return RayHandle(False, address, _dashboard(info))
+        return _remember(RayHandle(False, address, _dashboard(info)), info)
     for port, what, flag in ((dashboard_port, "dashboard", "--dashboard-port"),
                              (metrics_export_port, "metrics", "--metrics-port")):
         if port and not port_free(dashboard_host if what == "dashboard" else "", port):
@@ -165,9 +196,10 @@ def connect(
                                         "/tmp/ray/session_latest/logs") from None
             logger.warning("local Ray did not start (%s); retrying once with new ports", last)
     mport = metrics_export_port or _metrics_port()
-    return RayHandle(True, info.address_info.get("gcs_address", ""), _dashboard(info),
-                     f"http://127.0.0.1:{mport}/metrics" if mport else None,
-                     info.address_info.get("session_dir"))
+    return _remember(RayHandle(True, info.address_info.get("gcs_address", ""),
+                               _dashboard(info),
+                               f"http://127.0.0.1:{mport}/metrics" if mport else None,
+                               info.address_info.get("session_dir")), info)
 
 
 def _metrics_port() -> int | None:
@@ -192,3 +224,5 @@ def shutdown(handle: RayHandle) -> None:
         ray.shutdown()
     if handle.started:
         os.environ.pop("RAY_API_SERVER_ADDRESS", None)
+    if not ray.is_initialized():
+        _current.clear()

@@ -20,9 +20,9 @@ from automl.search._asha import STOP, RungPolicy
 from automl.search._objectives import Objectives
 from automl.search._result import end_state
 from automl.search._study import StudySearch
+from automl.search._trial import TRIAL_KEY
 
-#: config key carrying the study's trial number into the trial
-TRIAL_KEY = "automl.trial"
+__all__ = ["TRIAL_KEY", "BudgetStopper", "RungScheduler", "StudySearcher", "judge", "trial_number"]
 
 
 def trial_number(trial) -> int | str:

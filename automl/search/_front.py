@@ -100,3 +100,7 @@ def candidates(ranked: Sequence[TrialRecord], pareto: Sequence[str], objectives:
     front = [by_id[i] for i in pareto if i in by_id]
     points = np.array([objectives.minimised(t.metrics) for t in front], dtype=float)
     return [front[i] for i in spread(points, k)]
+
+
+#: the name :mod:`automl.search` exports :func:`candidates` under
+cv_candidates = candidates

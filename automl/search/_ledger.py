@@ -41,11 +41,16 @@ from automl.spec import COST_METRICS
 
 log = logging.getLogger(__name__)
 
+#: a data-parallel trial's start-up breakdown, on its first report
+#: (:mod:`automl.search._distributed`)
+START_KEYS = ("start_trial_s", "start_train_s", "start_worker_s", "setup_imports_s",
+              "setup_data_s", "setup_model_s", "setup_resume_s", "setup_place_s",
+              "setup_costs_s")
 #: the per-epoch keys a report row keeps
 ROW_KEYS = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1", "val_rmse", "val_mae",
             "val_r2", "train_time_s",
             "eval_time_s", "setup_s", "restored_from_epoch", "world_size", "worker_nodes",
-            *COST_METRICS)
+            *COST_METRICS, *START_KEYS)
 STATES = (COMPLETED, STOPPED, FAILED, DIVERGED)
 
 
@@ -241,7 +246,10 @@ def reason_of(error: str | None) -> str | None:
         return ("killed by the out-of-memory killer; lower resources.concurrent_trials "
                 "(or give trials more memory)")
     lines = [ln.strip() for ln in error.strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else "failed"
+    if not lines:
+        return "failed"
+    # our own errors are one line already (where: what (fix)): without their class path
+    return re.sub(r"^automl\.errors\.\w+: ", "", lines[-1])[:300]
 
 
 def error_text(trial) -> str:

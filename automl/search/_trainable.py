@@ -15,9 +15,8 @@ from ray import tune
 
 from automl.models import load_matching_weights
 from automl.models.cost import model_costs
-from automl.search._adapters import TRIAL_KEY
 from automl.search._checkpoints import TrialCheckpoints
-from automl.search._trial import DataRef, TrialData, checkpoint_epochs, guard_of
+from automl.search._trial import TRIAL_KEY, DataRef, TrialData, checkpoint_epochs, guard_of
 from automl.space import TrialConfig
 from automl.spec import COST_METRICS, Experiment
 from automl.train import Shard, TrainState, TrialDiverged, fit, set_threads, to_tensors

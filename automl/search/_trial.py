@@ -11,6 +11,9 @@ from automl.search._policy import make_policy
 from automl.spec import Experiment
 from automl.train import Guard
 
+#: config key carrying the study's trial number into the trial (the searcher sets it)
+TRIAL_KEY = "automl.trial"
+
 
 @dataclass(frozen=True, eq=False)
 class TrialData:

@@ -777,8 +777,11 @@ class ResourcesSpec(_Strict):
 
     One worker: the trial trains in its own Tune process with ``cpus_per_worker``
     CPUs. Two or more: the trial runs a Ray Train ``TorchTrainer`` with that many
-    data-parallel workers (DDP; FSDP for models that do not fit one device), each
-    with ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs, plus a tiny driver.
+    data-parallel workers (``strategy``: ``ddp``, every worker holding the whole model, or
+    ``fsdp``, each holding ``1/workers`` of its parameters; both on CPUs and GPUs), each
+    with ``cpus_per_worker`` CPUs and ``gpus_per_worker`` GPUs, plus a tiny driver. Such
+    a trial waits at most ``start_timeout_s`` seconds for its workers' placement, then
+    fails with one line saying what it waited for.
     """
 
     #: data-parallel workers per trial; 2 or more run a Ray Train ``TorchTrainer``
@@ -799,6 +802,9 @@ class ResourcesSpec(_Strict):
     #: times a failed trial is retried (or its worker group restarted) from its last
     #: checkpoint
     max_failures: int = Field(1, ge=0)
+    #: seconds a data-parallel trial waits for its workers' placement in all (Train
+    #: retries a failed start max_failures times within it), then fails with one line
+    start_timeout_s: float = Field(300.0, gt=0)
     #: logical CPUs of a local Ray instance; None: this machine's cores
     num_cpus: int | None = Field(None, ge=1)
     #: the object store of a local Ray instance, in MiB
@@ -817,8 +823,6 @@ class ResourcesSpec(_Strict):
                 f"resources.precision: {self.precision} autocast needs GPUs; set "
                 "gpus_per_worker: 1 or precision: fp32"
             )
-        if self.strategy == "fsdp" and not gpus:
-            raise ValueError("resources.strategy: fsdp needs GPUs; use ddp on CPUs")
         return self
 
     @property
