@@ -35,6 +35,18 @@ def interrupted() -> bool:
     return _FLAG.is_set()
 
 
+def mark() -> None:
+    """Set the interrupt flag: a :class:`KeyboardInterrupt` is unwinding the job (one that
+    no handler of ours saw, e.g. in a notebook), so threads that wait (:func:`check`) stop
+    too."""
+    _FLAG.set()
+
+
+def clear() -> None:
+    """Clear the interrupt flag (a new job starts)."""
+    _FLAG.clear()
+
+
 def check() -> None:
     """Raise :class:`KeyboardInterrupt` when the job was interrupted.
 

@@ -248,10 +248,15 @@ def _with_data(section: dict, data: Any, target: str | None, root: Path) -> dict
             tmp = path.with_name(f".{path.name}.tmp")
             data.to_parquet(tmp, index=False)
             tmp.replace(path)
-        section.update(source="parquet", path=str(path), target=column)
+        section.update(source="parquet", path=str(path.resolve()), target=column)
         return section
     if isinstance(data, tuple) and len(data) == 2:
         X, y = (np.asarray(a) for a in data)
+        if X.dtype == object or not np.issubdtype(X.dtype, np.number) and X.dtype != bool:
+            raise DataError(f"X must be numeric (got dtype {X.dtype})", where="data",
+                            fix="pass numbers, or a DataFrame for text features")
+        if y.dtype == object:  # labels taken from a frame: text, written without pickles
+            y = y.astype(str)
         if len(X) != len(y) or y.ndim != 1:
             raise DataError(f"X has {len(X)} rows but y has shape {y.shape}; y must be 1-D "
                             "with one target per row", where="data")
@@ -264,7 +269,7 @@ def _with_data(section: dict, data: Any, target: str | None, root: Path) -> dict
             tmp = path.with_name(f".{path.stem}.tmp.npz")
             np.savez(tmp, X=X, y=y)
             tmp.replace(path)
-        section.update(source="npz", path=str(path), target="y")
+        section.update(source="npz", path=str(path.resolve()), target="y")
         return section
     raise SpecError(f"expected (X, y) arrays or a pandas DataFrame, got {type(data).__name__}",
                     where="data", fix="pass data=(X, y) or data=frame with target='column'")

@@ -290,12 +290,12 @@ def _resume(run_dir: Path, address, dashboard_host="127.0.0.1", dashboard_port=8
     import shlex
 
     from automl.nightly import run_job
-    from automl.spec import load_spec
+    from automl.spec import load_run_spec
 
     if (run_dir / "summary.json").exists():
         console.print(f"{run_dir} already finished (summary.json exists); nothing to resume")
         return
-    exp = load_spec(run_dir / "spec.yaml")
+    exp = load_run_spec(run_dir)
     _quiet_optuna()
     console.print(f"resume {run_dir}")
     with _job_interrupts(run_dir, again(run_dir) if again else

@@ -223,10 +223,12 @@ def run_main_job(
         RunError: no trial finished, cross-validation failed or timed out, or the resumed
             run's driver is still alive.
     """
-    from automl import cluster
+    from automl import _interrupt, cluster
 
     console = console or Console()
     t0 = time.perf_counter()
+    if not _interrupt.interrupted():  # (the CLI's handler cleared it when the job began)
+        _interrupt.clear()
     beside: _Beside | None = None  # the refit on a thread beside the compression
     lock = threading.Lock()  # Ray's stop against the stage metrics published meanwhile
     if resume:
@@ -353,6 +355,9 @@ def run_main_job(
             teacher_fit=held.get("teacher"), winner_ready=beside and beside.wait,
             cv_accuracy=(winner.summary.get(task_of(exp.task).guard_metric) or {}).get(
                 "mean")) or {})
+    except KeyboardInterrupt:  # e.g. in a notebook, where no handler of ours saw it
+        _interrupt.mark()  # the refit's thread stops at its next wait (within a second)
+        raise
     finally:
         if beside is not None:  # the refit's result (or its error), Ray stopped after it
             refit = beside.result()

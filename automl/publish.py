@@ -391,10 +391,10 @@ def register_recompressed(run_dir: Path, console: Console) -> list[ModelVersion]
         RegistryError: the run's winner version is no longer in the registry.
     """
     from automl.rundir import read_summary
-    from automl.spec import load_spec
+    from automl.spec import load_run_spec
 
     run_dir = Path(run_dir)
-    exp, summary = load_spec(run_dir / "spec.yaml"), read_summary(run_dir)
+    exp, summary = load_run_spec(run_dir), read_summary(run_dir)
     section = summary.get("registry") or {}
     if not exp.registry.enabled or not section.get("winner"):
         console.print("registry: the run registered no winner; compressed models not "

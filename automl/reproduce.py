@@ -139,7 +139,7 @@ def reproduce_run(run_dir: str | Path, console=None) -> Reproduction:
     from automl.models.user import use_record
     from automl.rundir import read_summary, require_run_dir
     from automl.selection import fit_and_score
-    from automl.spec import load_spec
+    from automl.spec import load_run_spec
 
     run_dir = require_run_dir(run_dir)
     for name in ("spec.yaml", "summary.json", "best/model.pt", RECORD):
@@ -152,7 +152,7 @@ def reproduce_run(run_dir: str | Path, console=None) -> Reproduction:
     # a user's model imports from where the run imported it; a changed source is a
     # difference from the record
     code_changes = use_record(record.get("user_models") or [])
-    exp, summary = load_spec(run_dir / "spec.yaml"), read_summary(run_dir)
+    exp, summary = load_run_spec(run_dir), read_summary(run_dir)
     dataset = load_dataset(exp.data, exp.task)
     if dataset.checksum != record.get("data_sha256"):
         raise DataError(f"the data changed since the run (sha256 {dataset.checksum[:12]} vs "

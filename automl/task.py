@@ -64,7 +64,8 @@ class Task(ABC):
 
     @abstractmethod
     def targets(self, y):
-        """``y`` ``(N,)`` as the training loop's target tensor."""
+        """``y`` ``(N,)`` as the training loop's target tensor ``(N,)``: int64 class
+        indices, or float32 values."""
 
     # -- model and training ---------------------------------------------------------------
     def build(self, arch, input_shape, output_size: int, init: str = "default"):
@@ -86,7 +87,8 @@ class Task(ABC):
 
     @abstractmethod
     def predictions(self, outputs) -> np.ndarray:
-        """What a model predicts from its ``outputs`` (class indices, or values)."""
+        """What a model predicts from its ``outputs`` ``(N, K)``: ``(N,)`` class indices
+        (int64), or ``(N,)`` values (float64, the target's units) from ``(N, 1)``."""
 
     # -- selection ------------------------------------------------------------------------
     @abstractmethod
@@ -201,8 +203,10 @@ class Regression(Task):
 
     def fit_head(self, model, y) -> None:
         """The head's mean and standard deviation from the training targets ``y``."""
-        head = getattr(model, "module", model)  # inside a DDP/FSDP wrapper
-        if hasattr(head, "fit"):
+        from automl.models import TargetScale, unwrap
+
+        head = unwrap(model)  # inside a DDP wrapper
+        if isinstance(head, TargetScale):
             head.fit(y)
 
     def loss(self, name: str, label_smoothing: float = 0.0):
@@ -257,6 +261,8 @@ class StandardisedLoss:
         return self
 
     def __call__(self, outputs, targets):
+        """A scalar tensor from ``outputs`` ``(B, 1)`` and ``targets`` ``(B,)`` (the
+        target's units)."""
         from torch.nn import functional as F
 
         scale = _scale_of(self._model)
@@ -265,8 +271,10 @@ class StandardisedLoss:
 
 
 def _scale_of(model) -> Any:
-    head = getattr(model, "module", model)  # inside a DDP/FSDP wrapper
-    return head.y_std if head is not None and hasattr(head, "y_std") else 1.0
+    from automl.models import TargetScale, unwrap
+
+    head = unwrap(model) if model is not None else None  # inside a DDP wrapper
+    return head.y_std if isinstance(head, TargetScale) else 1.0
 
 
 def macro_f1(y, pred) -> float:
@@ -338,7 +346,8 @@ def task_of(name: str | None) -> Task:
         raise ValueError(f"unknown task {name!r}; use one of {', '.join(TASKS)}") from None
 
 
-def infer_task(values: Sequence | np.ndarray, max_classes: int = 20) -> tuple[str, str]:
+def infer_task(values: Sequence | np.ndarray, max_classes: int | None = 20
+               ) -> tuple[str, str]:
     """The task a table's target column asks for, and why, in a few words.
 
     Text, booleans and categories are classes; numbers with a fractional part are a
@@ -358,6 +367,8 @@ def infer_task(values: Sequence | np.ndarray, max_classes: int = 20) -> tuple[st
         return "regression", "is numeric"
     if np.any(x != np.round(x)):
         return "regression", "is numeric with fractional values"
+    if max_classes is None:  # images and signals: whole numbers are class labels
+        return "classification", f"holds {distinct} whole-number labels"
     if distinct <= max_classes:
         return "classification", f"holds {distinct} whole-number values (at most {max_classes})"
     return "regression", f"is numeric with {distinct} distinct values (more than {max_classes})"

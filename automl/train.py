@@ -321,8 +321,10 @@ def to_tensors(X: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor
 
 def unwrap(model: nn.Module) -> nn.Module:
     """The module inside a DDP wrapper (the model itself when not wrapped, or sharded in
-    place by FSDP2: :func:`automl.parallel.wrap`)."""
-    return getattr(model, "module", model)
+    place by FSDP2: :func:`automl.parallel.wrap`); :func:`automl.models.unwrap`."""
+    from automl.models import unwrap as inner
+
+    return inner(model)
 
 
 @dataclass

@@ -95,7 +95,7 @@ def test_a_dataframe_search_returns_the_runs_result(tmp_path):
     assert s["data"]["task"] == "regression" and s["trials"]["total"] == 3
     assert "task   regression" not in s  # the line is printed, the summary holds the task
     inputs = list((tmp_path / ".inputs").glob("*.parquet"))
-    assert len(inputs) == 1 and s["data"]["name"] == str(inputs[0])
+    assert len(inputs) == 1 and s["data"]["name"] == str(inputs[0].resolve())
     board = result.leaderboard
     assert isinstance(board, pd.DataFrame) and "val_rmse" in board.columns
     assert "model.mlp.width" in board.columns and len(board) == 2
@@ -111,5 +111,6 @@ def test_a_dataframe_search_returns_the_runs_result(tmp_path):
     from automl.api import _with_data
 
     again = _with_data({"seed": 1}, frame, "target", tmp_path)
-    assert again == {"seed": 1, "source": "parquet", "path": str(inputs[0]), "target": "target"}
+    assert again == {"seed": 1, "source": "parquet", "path": str(inputs[0].resolve()),
+                     "target": "target"}
     assert len(list((tmp_path / ".inputs").glob("*.parquet"))) == 1

@@ -67,6 +67,16 @@ def test_the_regression_example_runs_end_to_end(tmp_path):
     assert [ln.split(" ", 1)[0] for ln in ran.stdout.splitlines()] == [
         "pytorch", "torchscript", "onnx"]
 
+    # every registered version loads (a compressed model too: its head is rebuilt)
+    import torch
+
+    reg = Registry(out / "registry")
+    for version in summary["registry"]["versions"]:
+        model, _ = reg.load(version)
+        with torch.no_grad():
+            pred = model(torch.zeros(4, summary["data"]["model_input_shape"][0]))
+        assert pred.shape == (4, 1) and 25 < float(pred.mean()) < 346, version
+
     again = _automl("reproduce", str(run_dir))
     assert again.returncode == 0 and "weights identical" in again.stdout, again.stdout
     assert "test r2" in again.stdout

@@ -221,3 +221,94 @@ def test_regression_folds_summarise_with_t_and_the_smallest_rmse_wins():
     assert choose_winner(cands, 0.5, sign=-1)[0] == "b"  # RMSE: smaller is better
     assert choose_winner(cands, 5.0, sign=-1)[0] == "a"  # near-tied: the smaller model
     assert choose_winner(cands, 0.5)[0] == "a"  # larger is better
+
+
+# --------------------------------------------------------------------------- review fixes
+def test_pruning_with_distillation_fine_tunes_a_regression_model():
+    """The prune stage's distillation fine-tune used the classification loss on (B, 1)
+    outputs against float targets and failed."""
+    from automl.compress._base import make_context
+    from automl.compress.prune import PruneStage
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 6)).astype(np.float32)
+    y = (X[:, 0] * 30 + 100).astype(np.float32)
+    task = Regression()
+    model = task.build({"family": "mlp", "depth": 1, "width": 32}, (6,), 1)
+    task.fit_head(model, torch.from_numpy(y))
+    ctx = make_context((X[:80], y[:80]), (X[80:100], y[80:100]), (X[100:], y[100:]),
+                       "/tmp/unused", task="regression", seed=0)
+    out = PruneStage(pruning_ratio=0.3, fine_tune_epochs=2, distill_alpha=0.5).run(model, ctx)
+    assert out.model is not None, out.skipped
+    assert "distillation" in out.info["fine_tune_loss"]
+    with torch.no_grad():
+        assert out.model(torch.from_numpy(X[:4])).shape == (4, 1)
+
+
+def test_a_regression_front_and_pick_minimise_rmse():
+    from automl.selection._front import choose_on_front, front_axes
+
+    exp = Experiment.model_validate({
+        **MLP, "data": {"source": "diabetes"}, "selection": {"metric": "rmse", "pick": "best"},
+        "search": {"objectives": [{"metric": "val_rmse"}, {"metric": "params"}]}})
+    assert front_axes(exp)[0] == ("cv_rmse", "min", "cv:rmse")
+    rows = [{"trial_id": t, "summary": {"rmse": {"mean": m}}, "n_params": n, "rank": i}
+            for i, (t, m, n) in enumerate((("a", 60.0, 100), ("b", 50.0, 200)))]
+    searched = {"a": {"params": 100}, "b": {"params": 200}}
+    win, _, out = choose_on_front(exp, rows, searched, {"a", "b"})
+    assert win == "b" and all(r["on_front"] for r in out)  # both: cheaper or better
+
+
+def test_a_child_named_module_is_not_taken_for_a_wrapper():
+    from automl.models import unwrap
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.module = torch.nn.Linear(3, 3)
+            self.head = torch.nn.Linear(3, 2)
+
+    net = Net()
+    assert unwrap(net) is net
+    ddp_like = torch.nn.DataParallel(net)
+    assert unwrap(ddp_like) is net
+
+
+def test_a_run_recorded_before_tasks_reads_as_classification(tmp_path):
+    import yaml
+
+    from automl.spec import load_run_spec
+
+    spec = Experiment.model_validate({**MLP, "data": {"source": "csv", "path": "t.csv",
+                                                      "target": "y"}}).to_dict()
+    spec.pop("task")
+    for section in ("search", "selection", "training"):  # as an old run wrote them
+        spec[section] = {k: v for k, v in spec[section].items() if v is not None}
+    spec["search"]["metric"], spec["selection"]["metric"] = "val_accuracy", "accuracy"
+    spec["training"].pop("loss", None)
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    assert load_run_spec(tmp_path).task == "classification"
+
+
+def test_integer_labels_of_images_are_classes_however_many(tmp_path):
+    from automl.data import load_dataset
+
+    X = np.random.default_rng(0).random((300, 1, 4, 4)).astype(np.float32)
+    np.savez(tmp_path / "img.npz", X=X, y=np.arange(300) % 100)  # 100 classes of 3
+    data = load_dataset(DataSpec(source="npz", path=str(tmp_path / "img.npz")))
+    assert data.task == "classification" and data.num_classes == 100
+
+
+def test_api_arrays_with_text_labels_are_written_without_pickles(tmp_path):
+    from automl.api import _with_data
+
+    X = np.zeros((4, 2), dtype=np.float32)
+    y = np.array(["cat", "dog", "cat", "dog"], dtype=object)  # as df["label"].to_numpy()
+    section = _with_data({}, (X, y), None, tmp_path)
+    from automl.data import load_dataset
+
+    data = load_dataset(DataSpec(source="npz", path=section["path"]))
+    assert data.classes == ("cat", "dog") and section["path"].startswith("/")
+    with pytest.raises(DataError, match="X must be numeric"):
+        _with_data({}, (np.array([["a", "b"]] * 4, dtype=object), y), None, tmp_path)

@@ -40,6 +40,17 @@ def no_direction(y_true, y_pred):
 
 def one_arg(outputs):
     return outputs.sum()
+
+
+class HuberLike(torch.nn.Module):
+    def forward(self, outputs, targets):
+        return (outputs.reshape(-1) - targets).abs().mean()
+
+
+def tiny(input_shape, output_size, width=8):
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(int(np.prod(input_shape)),
+                                                                   width),
+                               torch.nn.ReLU(), torch.nn.Linear(width, output_size))
 '''
 
 SPEC = """
@@ -79,6 +90,7 @@ def _automl(args, cwd, timeout=600):
      "search.metric: mylosses:no_direction does not say whether a larger value is better"),
     ("mse", "nomodule:metric", "search.metric: cannot import 'nomodule'"),
     ("my-losses:x", "val_rmse", "is not an import path of the form package.module:function"),
+    ("mylosses:HuberLike", "val_rmse", "training.loss: mylosses:HuberLike is a class"),
 ])
 def test_a_bad_loss_or_metric_is_one_line_before_ray_starts(tmp_path, loss, metric, message):
     spec = _spec(tmp_path, loss, metric)
@@ -109,3 +121,16 @@ def test_a_sweep_trains_with_the_users_loss_and_searches_on_the_users_metric(tmp
     record = json.loads((run / "user_models.json").read_text())
     assert set(record) == {"mylosses:smooth_l1", "mylosses:within_10"}
     assert summary["test"]["r2"] > 0.0  # the loss trained a model that learned
+
+
+def test_a_user_family_with_a_user_metric_and_loss_validates(tmp_path):
+    """The factory is probed; the loss and the metric are checked, not called as factories."""
+    spec = _spec(tmp_path)
+    text = spec.read_text().replace(
+        "model: {family: mlp, mlp: {depth: 1, width: {type: categorical, choices: [16, 32]}}}",
+        'model: {family: "mylosses:tiny", "mylosses:tiny": {width: {type: categorical, '
+        'choices: [8, 16]}}}')
+    spec.write_text(text)
+    out = _automl(["validate", str(spec)], tmp_path, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "mode: max" in out.stdout  # the metric's greater_is_better, in the resolved spec

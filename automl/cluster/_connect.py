@@ -140,6 +140,10 @@ def connect(
 
     if ray.is_initialized():
         ctx = ray.get_runtime_context()
+        if py_modules:  # the caller's own ray.init() (a notebook's) set the runtime env
+            logger.warning("Ray was started before this job: its workers import the user's "
+                           "code (%s) only if that ray.init() shipped it (runtime_env "
+                           "py_modules) or it is installed", ", ".join(map(str, py_modules)))
         mine = _current.get(ctx.gcs_address)
         if mine is not None:  # ours, connected earlier (a test's, a benchmark's)
             return dataclasses.replace(mine, started=False)

@@ -221,7 +221,8 @@ def run_chain(teacher: nn.Module, stages_spec: list[dict], ctx: Context,
                 raise ValueError(f"stages[{i}].student: {err}") from None
     teacher = copy.deepcopy(teacher).eval()
     recipe: dict[str, Any] = {"arch": ctx.teacher_arch, "input_shape": list(ctx.input_shape),
-                              "num_classes": ctx.num_classes, "shapes": shapes_of(teacher),
+                              "num_classes": ctx.num_classes, "task": ctx.task,
+                              "shapes": shapes_of(teacher),
                               "pruned": None, "quantized": None, "lineage": ["teacher"]}
     t_export = export_model(teacher, ctx.out_dir, "00_teacher", recipe, ctx.X_test,
                             build=ctx.build)

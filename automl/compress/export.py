@@ -216,15 +216,18 @@ def rebuild(recipe: dict[str, Any], state_dict: dict[str, Any], build: Any) -> n
 
 def load_model(out_dir: str | Path, name: str, build: Any = None) -> nn.Module:
     """Reload model ``name`` from ``out_dir``: via ``rebuild`` when the recipe has an arch
-    and ``build`` is given (or ``automl.models.build_model`` is used), else TorchScript."""
+    and ``build`` is given (or the recipe's task builds it: ``automl.task.Task.build``, the
+    regression head included), else TorchScript."""
     out = Path(out_dir)
     recipe = json.loads((out / f"{name}.json").read_text())
     if recipe.get("arch"):
         if build is None:
-            from automl.models import build_model
+            from automl.task import task_of
+
+            task = task_of(recipe.get("task"))  # recipes before tasks: classification
 
             def build(arch: dict) -> nn.Module:
-                return build_model(arch, tuple(recipe["input_shape"]), recipe["num_classes"])
+                return task.build(arch, tuple(recipe["input_shape"]), recipe["num_classes"])
 
         return rebuild(recipe, load_state_dict_file(out / f"{name}.pt"), build)
     if not (out / f"{name}.ts").is_file():

@@ -378,7 +378,7 @@ def compress_run(run_dir: str | Path, spec: str | Path | None = None,
     """
     from automl.data import load_dataset, split_dataset
     from automl.rundir import read_summary, require_run_dir
-    from automl.spec import load_spec
+    from automl.spec import load_run_spec, load_spec
 
     run_dir = require_run_dir(run_dir)
     for name in REQUIRED:
@@ -390,11 +390,11 @@ def compress_run(run_dir: str | Path, spec: str | Path | None = None,
 
     for line in use_record(read_record(run_dir)):  # a user's model imports as in the run
         (console or Console()).print(f"warning: {line}", style="yellow", highlight=False)
-    exp = load_spec(run_dir / "spec.yaml")
+    exp = load_run_spec(run_dir)
     where = str(run_dir / "spec.yaml")
     if spec is not None:
         chain = load_spec(spec).compression.model_dump(mode="json")
-        exp, where = load_spec(run_dir / "spec.yaml", {"compression": chain}), str(spec)
+        exp, where = load_run_spec(run_dir, {"compression": chain}), str(spec)
     if not exp.compression.enabled:
         raise SpecError("compression.stages: compression is disabled or lists no stage",
                         where=where, fix="pass --spec with a compression section")

@@ -164,7 +164,9 @@ class PruneStage:
                     macs_ratio=macs1 / macs0 if macs0 else 1.0, params_before=params0,
                     params_after=params1, weight_sparsity=sparsity(model))
         info["fine_tune_loss"] = (f"distillation (alpha {self.distill_alpha}, T "
-                                  f"{self.distill_temperature})" if distill else "cross-entropy")
+                                  f"{self.distill_temperature})" if distill else
+                                  "cross-entropy" if ctx.task == "classification" else
+                                  "MSE on standardised values")
         recipe = {"shapes": shapes_of(model)}
         if self.method == "structured":
             recipe["pruned"] = "structured"
@@ -179,7 +181,8 @@ class PruneStage:
         t, a = self.distill_temperature, self.distill_alpha
 
         def loss_fn(logits: torch.Tensor, yb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-            return distillation_loss(logits, soft[idx].to(logits.device), yb, t, a)
+            return distillation_loss(logits, soft[idx].to(logits.device), yb, t, a, ctx.task,
+                                     model)
 
         ctx.fine_tune(model, self.fine_tune_epochs, self.lr or ctx.lr, loss_fn=loss_fn)
 

@@ -49,7 +49,8 @@ def load_file(spec, task: str | None = None) -> Dataset:
     return load_table(path, spec.target, spec.source, task)
 
 
-def encode_target(values, task: str | None, where: str, name: str
+def encode_target(values, task: str | None, where: str, name: str,
+                  max_classes: int | None = 20
                   ) -> tuple[np.ndarray, tuple[str, ...], str, str | None]:
     """A target column (missing values already dropped) as ``(y, classes, task, reason)``:
     class indices and names, or float32 values and no classes for regression. With ``task``
@@ -63,7 +64,7 @@ def encode_target(values, task: str | None, where: str, name: str
 
     reason = None
     if task is None:
-        task, reason = infer_task(values)
+        task, reason = infer_task(values, max_classes)
         reason = f"target '{name}' {reason}"
     if task == "classification":
         y, classes = _encode_labels(values)
@@ -245,7 +246,9 @@ def load_npz(path: Path, target: str = "y", kind: str | None = None,
     X, labels = X[keep], labels[keep]
     if len(labels) == 0:
         raise DataError("has no labelled rows", where=where)
-    y, classes, task, reason = encode_target(labels, task, where, target)
+    # images and signals: whole numbers are class labels however many there are
+    y, classes, task, reason = encode_target(labels, task, where, target,
+                                             20 if X.ndim == 2 and kind != "signal" else None)
     if "classes" in arrays and labels.dtype.kind in "iu" and task == "classification":
         names = [str(c) for c in arrays["classes"]]
         if labels.min() < 0 or labels.max() >= len(names):

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from automl.models.head import TargetScale
+from automl.models.head import TargetScale, unwrap
 from automl.models.init import INITS, init_weights
 from automl.models.mlp import MLP
 from automl.models.resnet import ResNet
@@ -49,6 +49,7 @@ __all__ = [
     "init_weights",
     "load_matching_weights",
     "model_size_key",
+    "unwrap",
 ]
 
 FAMILIES: tuple[str, ...] = ("resnet", "vgg", "mlp", "vit", "resnet1d", "tcn", "transformer1d")

@@ -13,6 +13,14 @@ import torch
 from torch import nn
 
 
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module inside a ``DistributedDataParallel`` (or ``DataParallel``) wrapper; the
+    model itself otherwise (also when FSDP2 sharded it in place). Not ``getattr(model,
+    "module")``: a user's model may have a child of that name."""
+    parallel = (nn.parallel.DistributedDataParallel, nn.DataParallel)
+    return model.module if isinstance(model, parallel) else model
+
+
 class TargetScale(nn.Module):
     """``net(x) * y_std + y_mean``: ``(B, 1)`` predictions in the target's units.
 

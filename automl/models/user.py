@@ -77,7 +77,7 @@ def load_factory(import_path: str) -> Callable[..., Any]:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as e:
-        raise ImportError(f"model family {import_path}: cannot import {module_name} ({e}); "
+        raise ImportError(f"{import_path}: cannot import {module_name} ({e}); "
                           "put its folder on sys.path or PYTHONPATH (the run's "
                           f"{RECORD} names it)") from e
     for part in attr.split("."):
@@ -141,6 +141,11 @@ def _check_function(import_path: str, fn: Callable[..., Any], args: tuple[str, .
     Raises:
         SpecError: it takes fewer, or needs more.
     """
+    if inspect.isclass(fn):  # e.g. torch.nn:HuberLoss: calling it builds, not computes
+        raise SpecError(f"{import_path} is a class; it is called as "
+                        f"{split(import_path)[1]}({', '.join(args)}) on every batch",
+                        where=where, fix="name a function (or wrap an instance of the class "
+                                         "in one)")
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without a signature: trusted
@@ -169,9 +174,9 @@ def _import(import_path: str, roots: list[Path], where: str = "model.family"
                             f"named '{e.name}' (looked in {looked})", where=where,
                             fix="put the module beside the spec or in the working "
                                 "directory, or install it") from None
-        raise _raised(import_path, module_name, e) from None
+        raise _raised(import_path, module_name, e, where) from None
     except Exception as e:  # noqa: BLE001 - the user's module raised while importing
-        raise _raised(import_path, module_name, e) from None
+        raise _raised(import_path, module_name, e, where) from None
     missing = object()
     for i, part in enumerate(attr.split(".")):
         owner, obj = obj, getattr(obj, part, missing)
@@ -190,10 +195,11 @@ def _import(import_path: str, roots: list[Path], where: str = "model.family"
     return obj
 
 
-def _raised(import_path: str, module_name: str, e: BaseException) -> SpecError:
+def _raised(import_path: str, module_name: str, e: BaseException,
+            where: str = "model.family") -> SpecError:
     text = " ".join(str(e).split())[:200]
     return SpecError(f"importing '{module_name}' for {import_path} raised "
-                     f"{type(e).__name__}: {text}", where="model.family",
+                     f"{type(e).__name__}: {text}", where=where,
                      fix=f"python -c 'import {module_name}' shows the traceback")
 
 
@@ -266,7 +272,9 @@ def probe(exp, input_shape: tuple[int, ...], output_size: int) -> list[str]:
     from torch import nn
 
     notes = []
-    for path, factory in resolve(exp).items():
+    found = resolve(exp)  # the model factories, and a user loss or metric (not probed)
+    for path in exp.model.user_families():
+        factory = found[path]
         params = probe_params(exp.model.branch(path))
         shown = "{" + ", ".join(f"{k}: {v!r}" for k, v in params.items()) + "}"
         try:

@@ -26,7 +26,7 @@ from scipy import stats
 
 from automl.errors import RegistryError, RunError
 from automl.nightly._snapshot import data_change
-from automl.spec import Experiment
+from automl.spec import CV_MIN_METRICS, Experiment
 
 
 def champion_version(exp: Experiment, registry_root: Path):
@@ -156,8 +156,11 @@ def challenge(exp: Experiment, dataset, splits, cv, data_info: dict, registry_ro
                 "comparison": None, "data_change": change, "promote": False,
                 "reason": f"champion {version.ref} stays: it could not be scored on this "
                           f"run's folds ({why})"}
-    cmp = paired_comparison(mine, theirs)
-    promote, reason = decide(cmp, exp.nightly.champion_margin, exp.nightly.alpha, cv.metric,
+    # a score where smaller is better (rmse, mae) is compared negated: a gain is a drop
+    sign = -1.0 if cv.metric in CV_MIN_METRICS else 1.0
+    cmp = paired_comparison([sign * v for v in mine], [sign * v for v in theirs])
+    label = cv.metric if sign > 0 else f"-{cv.metric} (smaller is better)"
+    promote, reason = decide(cmp, exp.nightly.champion_margin, exp.nightly.alpha, label,
                              version.ref)
     return {**out, "champion": {"ref": version.ref, "scores": theirs, "source": source},
             "comparison": cmp, "data_change": change, "promote": promote, "reason": reason}

@@ -216,6 +216,10 @@ def _epochs(start: np.ndarray | int, target: np.ndarray, rungs: Sequence[int],
     return out + np.where(alive, np.maximum(target - at, 0.0), 0.0)
 
 
+#: trials to come the Monte Carlo places on slots one by one (the rest by their mean cost)
+SIMULATED = 64
+
+
 def sweep_quantiles(trials: Sequence[TrialState], total: int, *, rungs: Sequence[int],
                     passed: Mapping[int, tuple[int, int]], reduction_factor: float | None,
                     epoch_s: float, elapsed_s: float, slots: int, epochs_done: int,
@@ -264,6 +268,10 @@ def sweep_quantiles(trials: Sequence[TrialState], total: int, *, rungs: Sequence
         i = ends.argmin(axis=1)
         ends[rows, i] += s * e
     left = max(0, total - len(trials))
+    # at most SIMULATED trials to come are placed on slots one by one; the others add their
+    # draw's mean cost, spread over the slots (list scheduling of many trials tends to it),
+    # so a 100,000-trial sweep costs each event no more than a 64-trial one
+    rest, left = max(0, left - SIMULATED), min(left, SIMULATED)
     if left:
         overhead = _overhead(trials, epoch_s, elapsed_s, slots, epochs_done, warm)
         modes = rng.integers(len(pool_s), size=(draws, SETTLE))
@@ -284,6 +292,8 @@ def sweep_quantiles(trials: Sequence[TrialState], total: int, *, rungs: Sequence
             for j in range(left):
                 i = ends.argmin(axis=1)
                 ends[rows, i] += cost[:, j]
+        if rest:
+            ends += (rest * cost.mean(axis=1) / ends.shape[1])[:, None]
     remaining = ends.max(axis=1)
     if time_budget_s is not None:
         remaining = np.minimum(remaining, max(0.0, time_budget_s - elapsed_s))

@@ -17,10 +17,11 @@ import numpy as np
 
 from automl.search import Objectives, front_within, knee
 from automl.search._objectives import TOLERANCE
-from automl.spec import REPORTED_METRICS, Experiment
+from automl.spec import CV_MIN_METRICS, REPORTED_METRICS, Experiment
 
 #: the CV score that stands for a search-time quality metric on the final front
-CV_OF = {"val_accuracy": "accuracy", "val_f1": "f1_macro"}
+CV_OF = {"val_accuracy": "accuracy", "val_f1": "f1_macro", "val_rmse": "rmse",
+         "val_mae": "mae", "val_r2": "r2"}
 
 
 def front_axes(exp: Experiment) -> list[tuple[str, str, str]]:
@@ -31,8 +32,9 @@ def front_axes(exp: Experiment) -> list[tuple[str, str, str]]:
         if metric in REPORTED_METRICS:
             score = CV_OF.get(metric, exp.selection.metric)
             name = f"cv_{score}"
-            if all(a[0] != name for a in axes):
-                axes.append((name, "max", f"cv:{score}"))
+            if all(a[0] != name for a in axes):  # rmse, mae: smaller is better
+                axes.append((name, "min" if score in CV_MIN_METRICS else "max",
+                             f"cv:{score}"))
         else:
             axes.append((metric, mode, metric))
     return axes
@@ -76,8 +78,9 @@ def choose_on_front(exp: Experiment, rows: Sequence[dict], searched: dict[str, d
     on_front = [pool[i] for i in front_within(points, tol)]
     front_points = np.array([[value(r, src) for _, _, src in axes] for r in on_front]) * -signs
     score = exp.selection.metric
+    sign = -1.0 if score in CV_MIN_METRICS else 1.0
     if exp.selection.pick == "best":
-        win = max(on_front, key=lambda r: (r["summary"][score]["mean"], -r["n_params"],
+        win = max(on_front, key=lambda r: (sign * r["summary"][score]["mean"], -r["n_params"],
                                            -r["rank"]))
         how = f"best CV {score} ({win['summary'][score]['mean']:.4f}) on the front"
     else:

@@ -170,6 +170,7 @@ __all__ = [
     "KIND_WORDS",
     "kind_mismatch",
     "load_spec",
+    "load_run_spec",
 ]
 
 
@@ -466,3 +467,19 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Expe
         raise SpecError(message, where=str(path), fix=fix) from None
     exp._spec_dir = str(path.resolve().parent)
     return exp
+
+
+def load_run_spec(run_dir: str | Path, overrides: dict[str, Any] | None = None) -> Experiment:
+    """The resolved spec a run directory recorded (``RUN_DIR/spec.yaml``). A run recorded
+    before the spec had ``task`` trained classifiers: it reads as ``task:
+    classification`` (a table's target is not inferred again, which could now say
+    regression).
+
+    Raises:
+        SpecError: the file is missing or invalid (as :func:`load_spec`).
+    """
+    path = Path(run_dir) / "spec.yaml"
+    recorded = load_yaml(path) if path.is_file() else None
+    if isinstance(recorded, dict) and "task" not in recorded:
+        overrides = {"task": "classification", **(overrides or {})}
+    return load_spec(path, overrides)

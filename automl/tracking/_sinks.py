@@ -56,7 +56,8 @@ class WandbTrials:
     def log(self, trial: TrialLog, row: dict, sweep: SweepView) -> None:
         run = self.runs.get(trial.trial_id)
         if run is not None:
-            run.log({k: row[k] for k in LOGGED if k in row}, step=int(row["epoch"]))
+            run.log({k: row[k] for k in (*LOGGED, sweep.metric) if k in row},
+                    step=int(row["epoch"]))
 
     def finish(self, trial: TrialLog, sweep: SweepView) -> None:
         run = self.runs.pop(trial.trial_id, None)
@@ -92,7 +93,7 @@ class TensorBoardTrials:
         w = self.writers.get(trial.trial_id)
         if w is None:
             return
-        for k in LOGGED:
+        for k in dict.fromkeys((*LOGGED, sweep.metric)):  # the user's own metric too
             if k in row and k != "epoch":
                 w.add_scalar(k, float(row[k]), global_step=int(row["epoch"]))
 
