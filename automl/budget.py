@@ -14,7 +14,10 @@ the upper end ended the sweep while the point would have let it go on, the one-l
 message says about how many trials that cost (from the sweep's pace so far).
 
 Shrinking, in this order, each said in one line: fewer CV candidates (down to 2), then
-fewer folds (down to 2); fewer distillation and fine-tuning epochs (down to 1).
+fewer folds (down to 2), then one candidate (its folds still score the winner); fewer
+distillation and fine-tuning epochs (down to 1), and no compression at all when what is
+left would not hold even the chain's fixed cost (``automl compress RUN_DIR`` runs it
+later).
 ``search.time_budget_s`` still bounds the sweep alone.
 """
 
@@ -212,8 +215,8 @@ class JobBudget:
         rest = (self.after_cv_s(cands[0]) + PUBLISH_S) * HIGH
         room = self.left_s - rest
         before = (top_k, folds)
-        while self.cv_s(cands, folds, top_k) * HIGH > room and (top_k > 2 or folds > 2):
-            if top_k > 2:
+        while self.cv_s(cands, folds, top_k) * HIGH > room and (top_k > 1 or folds > 2):
+            if top_k > 2 or (top_k == 2 and folds == 2):
                 top_k -= 1
             else:
                 folds -= 1
@@ -236,6 +239,12 @@ class JobBudget:
         if need <= room:
             return comp
         fixed = STAGE_S * (len(comp.stages) + 2) * HIGH
+        if room <= fixed:  # not even one epoch a stage fits: the chain is left for later
+            self.notes.append(
+                f"budget compression skipped to fit budget_s {self.budget_s:.0f} (upper end "
+                f"of its estimate {need:.0f} s, {max(room, 0):.0f} s left); run it later: "
+                "automl compress RUN_DIR")
+            return comp.model_copy(update={"enabled": False})
         scale = max(0.0, (room - fixed) / max(need - fixed, 1e-9))
         stages = [_scaled(s, scale) for s in comp.stages]
         shrunk = comp.model_copy(update={"stages": stages})

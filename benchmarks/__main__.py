@@ -32,7 +32,7 @@ from benchmarks._common import RESULTS, Result, machine, write  # noqa: E402
 
 ORDER = ("orchestration", "search_quality", "baselines", "scaling", "compression", "chaos",
          "mnist1d", "eta", "job", "latency_stability", "multi_objective",
-         "multi_objective_digits", "study_ask", "regression")
+         "multi_objective_digits", "study_ask", "regression", "node_loss")
 ON_REQUEST = ("gpu",)  # needs a GPU: run only when named with --only
 
 

@@ -170,6 +170,22 @@ def test_compression_epochs_scale_down_to_fit():
     assert b.notes[-1].startswith("budget compression training epochs scaled by")
     assert _budget({"compression": {"enabled": True, "stages": stages}}, now) \
         .fit_compression(w).stages[0].epochs == 40  # no budget: unchanged
+    now[0] = 52.0  # 8 s left: not even the fixed cost (5 x 2 s x 1.3): skipped, said
+    assert b.fit_compression(w).enabled is False
+    assert b.notes[-1].startswith("budget compression skipped to fit budget_s 60") \
+        and b.notes[-1].endswith("automl compress RUN_DIR")
+
+
+def test_cv_shrinks_to_one_candidate_when_two_by_two_folds_do_not_fit():
+    now = [0.0]
+    b = _budget({"budget_s": 100, "selection": {"top_k": 3, "cv_folds": 3}}, now)
+    cands = [Candidate(10, 1e-3)] * 3
+    one, two = b.cv_s(cands, 2, 1) * HIGH, b.cv_s(cands, 2, 2) * HIGH
+    assert one < two
+    rest = (b.after_cv_s(cands[0]) + 3.0) * HIGH  # refit, compression, publish
+    now[0] = 100 - rest - (one + two) / 2  # room between what 1 x 2 and 2 x 2 folds need
+    assert b.fit_cv(cands) == (1, 2)
+    assert b.notes[-1].startswith("budget cv shrunk from 3 candidates x 3 folds to 1 x 2")
 
 
 def test_helpers():

@@ -141,9 +141,13 @@ def run_distributed_trial(params: dict, data_holder: Any, exp: Experiment, stora
     (Train's ``FailureConfig``). Train's own run folder is ``<storage>/train/trial_<n>_<Tune
     id>``: each attempt of a resumed sweep starts a Train run of its own.
 
+    The trial's own Tune process is retried by Tune (``resources.max_failures``) when it
+    dies, e.g. with its node, and continues from the same checkpoint.
+
     The worker group's start is bounded: a group whose placement group is not ready
     within ``resources.start_timeout_s`` in all (over Train's ``max_failures`` retries of a
-    failed start, ``RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S`` each) fails the trial.
+    failed start and Tune's of the trial, ``RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S`` each)
+    fails the trial.
 
     Raises:
         ResourceError: the workers got no resources within the bound (one line naming
@@ -164,7 +168,8 @@ def run_distributed_trial(params: dict, data_holder: Any, exp: Experiment, stora
     # Train passes these on from this process to its controller and workers
     for key, value in TRAIN_ENV.items():
         os.environ.setdefault(key, value)
-    attempts = res.max_failures + 1
+    # the bound holds over Train's retries of the start and Tune's retries of the trial
+    attempts = (res.max_failures + 1) * (1 if exp.search.fail_fast else res.max_failures + 1)
     os.environ["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = f"{res.start_timeout_s / attempts:g}"
     trial_id = tune.get_context().get_trial_id()
     trainer = TorchTrainer(

@@ -230,11 +230,13 @@ def run_search(
                 run_config=tune.RunConfig(
                     name="tune",
                     storage_path=storage,
-                    # in-process trials: a killed trial process is retried and continues
-                    # from its checkpoint; data-parallel trials retry inside Ray Train;
-                    # fail_fast stops at the first failure (Tune refuses it with retries)
+                    # a trial whose process died (killed, or its node lost) is retried
+                    # and continues from its checkpoint; a data-parallel trial's workers
+                    # are also restarted inside Ray Train (its own FailureConfig), but its
+                    # Tune process dies with its node like any other trial's; fail_fast
+                    # stops at the first failure (Tune refuses it with retries)
                     failure_config=tune.FailureConfig(
-                        max_failures=0 if exp.resources.distributed or exp.search.fail_fast
+                        max_failures=0 if exp.search.fail_fast
                         else exp.resources.max_failures,
                         fail_fast=exp.search.fail_fast,
                     ),

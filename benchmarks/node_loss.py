@@ -1,0 +1,261 @@
+"""Node loss: worker nodes of a real multi-node Ray cluster SIGKILLed during a sweep.
+
+The cluster is ``ray start`` processes on this machine: a head of 1 CPU (the dashboard
+on, as data-parallel trials need its State API; it is never killed) and two worker nodes
+of ``NODE_CPUS`` CPU each, each node in its own temp dir and process group. Killing a node
+is SIGKILL to its whole process group (raylet, object store, its workers); a replacement
+node then joins, as an autoscaler or KubeRay would start one. The sweep is ``automl search
+SPEC --address <head>`` as a user runs it against a cluster, with checkpoints and the run
+directory on ``output.storage_uri`` (a folder every node sees).
+
+Run 1: ``search_spaces/resnet.yaml`` with 40 trials (quick: 8), 3 in-process trials at
+once (one per node), ``resources.max_failures: 3``. A worker node is killed each
+time the ledger has seen a further 1/4 of the trials' epoch reports (3 kills; quick: 1).
+Checked: 40 of 40 trials finished, none failed, lost or left RUNNING in ``study.db``,
+every trial's history is epochs 1..n exactly once, and the job exits 0.
+
+Run 2: one data-parallel trial of 2 workers (``workers_per_trial: 2``, DDP; 1-CPU nodes
+place them on two nodes), 12 epochs; a worker node holding a part of the trial (a rank,
+or the trial's own Tune process) is killed after its third epoch report. Checked:
+the trial finishes, from its checkpoint (its history says where it was restored), and
+the job exits 0.
+
+Run as ``python -m benchmarks --only node_loss``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks._common import REPO, SPEC, Goal, Result, Table
+
+NAME = "node_loss"
+TITLE = "Node loss: worker nodes SIGKILLed mid-sweep on a multi-node Ray cluster"
+NODE_CPUS = 1
+
+
+@dataclass
+class Node:
+    proc: subprocess.Popen
+    temp_dir: Path
+
+    def kill(self) -> float:
+        """SIGKILL the node's whole process group; seconds until it is gone."""
+        t0 = time.monotonic()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(30)
+        gone = round(time.monotonic() - t0, 2)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        return gone
+
+
+def start_node(gcs_address: str, num_cpus: int, log: Path) -> Node:
+    """``ray start --address=<head> --block`` in a temp dir and process group of its own,
+    on free ports (several nodes share this machine)."""
+    from automl.cluster import free_port
+
+    temp = Path(tempfile.mkdtemp(prefix="rn", dir="/tmp"))  # socket paths <= 107 chars
+    bin_dir = Path(sys.executable).parent
+    low = free_port()
+    cmd = [str(bin_dir / "ray"), "start", "--block", f"--address={gcs_address}",
+           f"--num-cpus={num_cpus}", f"--temp-dir={temp}",
+           f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+           f"--runtime-env-agent-port={free_port()}",
+           f"--dashboard-agent-listen-port={free_port()}",
+           f"--dashboard-agent-grpc-port={free_port()}",
+           f"--metrics-export-port={free_port()}",
+           f"--min-worker-port={low + 1000}", f"--max-worker-port={low + 1200}",
+           f"--object-store-memory={150 * 1024 * 1024}"]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("RAY_ADDRESS", None)
+    f = open(log, "a")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=temp,
+                            start_new_session=True)
+    deadline = time.monotonic() + 90
+    while "Ray runtime started" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"worker node did not start: {log.read_text()[-1500:]}")
+        time.sleep(0.5)
+    return Node(proc, temp)
+
+
+def _spec(work: Path, data_parallel: bool, trials: int) -> Path:
+    import yaml
+
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["name"] = "node-loss-ddp" if data_parallel else "node-loss"
+    spec["search"]["num_samples"] = trials
+    spec["search"]["time_budget_s"] = 1800
+    spec["selection"].update({"top_k": 2, "cv_folds": 2})
+    spec["compression"] = {"enabled": False}
+    spec["tracking"] = {"backend": "none", "tensorboard": False}
+    spec["registry"] = {"dir": str(work / "registry")}
+    spec["output"] = {"dir": str(work / "runs"), "storage_uri": str(work / "storage")}
+    spec["resources"] = {"max_failures": 3, "cpus_per_worker": NODE_CPUS,
+                         "memory_per_worker_mb": 512}
+    if data_parallel:
+        spec["resources"].update({"workers_per_trial": 2, "max_failures": 2})
+        spec["training"]["epochs"] = 12
+        spec["scheduler"] = {"type": "none"}
+        spec["selection"].update({"top_k": 1, "cv_folds": 2})
+    path = work / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _reports(run_dir: Path) -> list[dict]:
+    path = run_dir / "trials.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:  # a line being written
+            continue
+        if "event" not in rec:
+            out.append(rec)
+    return out
+
+
+def _sweep(work: Path, head, spec: Path, name: str, kill_at: list[int], log: Path,
+           timeout_s: float) -> dict:
+    """Run the sweep; kill a worker node whenever the epoch reports reach each of
+    ``kill_at``, then start a replacement. Returns what happened."""
+    nodes = [start_node(head.gcs_address, NODE_CPUS, work / f"node{i}.log") for i in range(2)]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "automl", "search", str(spec),
+                                 "--address", head.gcs_address], cwd=REPO, env=env,
+                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    run_dir = work / "runs" / name
+    kills: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        for at in kill_at:
+            while proc.poll() is None and time.monotonic() < deadline \
+                    and len(_reports(run_dir)) < at:
+                time.sleep(0.2)
+            if proc.poll() is not None or time.monotonic() >= deadline:
+                break
+            victim = nodes.pop(0)
+            gone_s = victim.kill()
+            kills.append({"after_reports": len(_reports(run_dir)),
+                          "at_s": round(time.monotonic() - t0, 1), "gone_in_s": gone_s})
+            nodes.append(start_node(head.gcs_address, NODE_CPUS,
+                                    work / f"node{len(kills) + 1}.log"))
+        rc = proc.wait(max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        rc = None
+    finally:
+        for n in nodes:
+            n.kill()
+    return {"exit": rc, "wall_s": round(time.monotonic() - t0, 1), "kills": kills,
+            "run_dir": run_dir}
+
+
+def check(run_dir: Path, trials: int) -> dict:
+    """What the run directory holds against a sweep that lost nothing."""
+    import optuna
+
+    out: dict = {"summary": (run_dir / "summary.json").exists()}
+    if not out["summary"]:
+        return out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    records = json.loads((run_dir / "trials.json").read_text())
+    study = optuna.load_study(study_name=summary["name"],
+                              storage=f"sqlite:///{run_dir / 'study.db'}")
+    states: dict[str, int] = {}
+    for t in study.trials:
+        if "automl.duplicate_of" not in t.user_attrs:
+            states[t.state.name] = states.get(t.state.name, 0) + 1
+    restored = [t for t in records if any("restored_from_epoch" in h for h in t["history"])]
+    out.update({
+        "counts": summary["trials"], "records": len(records),
+        "numbers_once": sorted(int(t["trial_id"]) for t in records) == list(range(trials)),
+        "histories_whole": all([h["epoch"] for h in t["history"]]
+                               == list(range(1, t["epochs_run"] + 1)) for t in records),
+        "study_states": states, "restored_trials": len(restored),
+        "worker_nodes": sorted({h.get("worker_nodes") for t in records for h in t["history"]
+                                if h.get("worker_nodes") is not None}),
+        "test_accuracy": (summary.get("test") or {}).get("accuracy"),
+    })
+    return out
+
+
+def run(quick: bool, ctx: dict) -> Result:
+    sys.path.insert(0, str(REPO))
+    from tests._rayhead import start_head
+
+    trials = 8 if quick else 40
+    res = Result(NAME, TITLE)
+    res.settings = {"spec": str(SPEC.relative_to(REPO)), "trials": trials,
+                    "worker nodes": f"2 x {NODE_CPUS} CPU (a replacement joins after each "
+                                    "kill)", "head": "1 CPU, dashboard on (never killed)",
+                    "resources.max_failures": "3 (run 2: 2)"}
+    with tempfile.TemporaryDirectory(prefix="automl-nodeloss-") as d:
+        work = Path(d)
+        head = start_head(1, object_store_mb=300)
+        try:
+            (work / "one").mkdir()
+            one = _sweep(work / "one", head, _spec(work / "one", False, trials), "node-loss",
+                         [1] if quick else [20, 50, 90], work / "one.log", 2400)
+            one["check"] = check(one.pop("run_dir"), trials)
+            (work / "two").mkdir()
+            two = _sweep(work / "two", head, _spec(work / "two", True, 1), "node-loss-ddp",
+                         [3], work / "two.log", 1200)
+            two["check"] = check(two.pop("run_dir"), 1)
+            logs = {k: (work / f"{k}.log").read_text(errors="replace")[-3000:]
+                    for k in ("one", "two")}
+        finally:
+            head.stop()
+    res.data = {"run1": one, "run2": two, "log_tails": logs}
+    c1, c2 = one["check"], two["check"]
+    res.tables.append(Table("kills", ["run", "kill", "after epoch reports", "at s",
+                                      "node gone in s"],
+                            [[run, i + 1, k["after_reports"], k["at_s"], k["gone_in_s"]]
+                             for run, r in (("1: 40 trials", one), ("2: DDP trial", two))
+                             for i, k in enumerate(r["kills"])]))
+    res.tables.append(Table("runs", ["run", "exit", "wall s", "trials", "study states",
+                                     "trials restored from a checkpoint", "worker nodes"],
+                            [[run, r["exit"], r["wall_s"], c.get("counts"),
+                              c.get("study_states"), c.get("restored_trials"),
+                              c.get("worker_nodes")]
+                             for run, r, c in (("1", one, c1), ("2", two, c2))]))
+    counts = c1.get("counts") or {}
+    want = 1 if quick else 3
+    res.goals = [
+        Goal(f"{want} worker-node kills landed in the sweep", str(len(one["kills"])),
+             len(one["kills"]) >= want),
+        Goal(f"{trials} of {trials} trials finished, none failed, lost or left RUNNING",
+             f"exit {one['exit']}; {counts}; study {c1.get('study_states')}; numbers once "
+             f"{c1.get('numbers_once')}; histories whole {c1.get('histories_whole')}",
+             one["exit"] == 0 and counts.get("failed", 0) == 0
+             and c1.get("records") == trials and bool(c1.get("numbers_once"))
+             and not set(c1.get("study_states") or {}) - {"COMPLETE", "PRUNED"}
+             and sum((c1.get("study_states") or {}).values()) == trials
+             and bool(c1.get("histories_whole"))),
+        Goal("a DDP trial across 2 nodes survives the loss of one of them",
+             f"exit {two['exit']}; kills {len(two['kills'])}; {c2.get('counts')}; restored "
+             f"{c2.get('restored_trials')}; worker nodes {c2.get('worker_nodes')}",
+             two["exit"] == 0 and len(two["kills"]) == 1
+             and (c2.get("counts") or {}).get("failed", 1) == 0),
+    ]
+    res.notes.append("Figures here are counts, not timings: the machine's load does not "
+                     "change them, only how long each run takes.")
+    return res
