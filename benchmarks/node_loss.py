@@ -15,8 +15,8 @@ Checked: 40 of 40 trials finished, none failed, lost or left RUNNING in ``study.
 every trial's history is epochs 1..n exactly once, and the job exits 0.
 
 Run 2: one data-parallel trial of 2 workers (``workers_per_trial: 2``, DDP; 1-CPU nodes
-place them on two nodes), 12 epochs; a worker node holding a part of the trial (a rank,
-or the trial's own Tune process) is killed after its third epoch report. Checked:
+place them on two nodes), 12 epochs, a checkpoint every 2; a worker node running one of
+its ranks is killed after its third epoch report. Checked:
 the trial finishes, from its checkpoint (its history says where it was restored), and
 the job exits 0.
 
@@ -41,6 +41,7 @@ from benchmarks._common import REPO, SPEC, Goal, Result, Table
 NAME = "node_loss"
 TITLE = "Node loss: worker nodes SIGKILLed mid-sweep on a multi-node Ray cluster"
 NODE_CPUS = 1
+_NODES = 0  # worker nodes started by this process (each gets its own worker ports)
 
 
 @dataclass
@@ -68,7 +69,10 @@ def start_node(gcs_address: str, num_cpus: int, log: Path) -> Node:
 
     temp = Path(tempfile.mkdtemp(prefix="rn", dir="/tmp"))  # socket paths <= 107 chars
     bin_dir = Path(sys.executable).parent
-    low = free_port()
+    global _NODES
+    _NODES += 1
+    # below the ephemeral ports free_port hands out, above the head's default 10002-19999
+    low = 20000 + 250 * (_NODES % 50)
     cmd = [str(bin_dir / "ray"), "start", "--block", f"--address={gcs_address}",
            f"--num-cpus={num_cpus}", f"--temp-dir={temp}",
            f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
@@ -76,7 +80,7 @@ def start_node(gcs_address: str, num_cpus: int, log: Path) -> Node:
            f"--dashboard-agent-listen-port={free_port()}",
            f"--dashboard-agent-grpc-port={free_port()}",
            f"--metrics-export-port={free_port()}",
-           f"--min-worker-port={low + 1000}", f"--max-worker-port={low + 1200}",
+           f"--min-worker-port={low}", f"--max-worker-port={low + 200}",
            f"--object-store-memory={150 * 1024 * 1024}"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -103,12 +107,13 @@ def _spec(work: Path, data_parallel: bool, trials: int) -> Path:
     spec["compression"] = {"enabled": False}
     spec["tracking"] = {"backend": "none", "tensorboard": False}
     spec["registry"] = {"dir": str(work / "registry")}
-    spec["output"] = {"dir": str(work / "runs"), "storage_uri": str(work / "storage")}
+    spec["output"] = {"dir": str(work / "runs"), "storage_uri": (work / "storage").as_uri()}
     spec["resources"] = {"max_failures": 3, "cpus_per_worker": NODE_CPUS,
                          "memory_per_worker_mb": 512}
     if data_parallel:
         spec["resources"].update({"workers_per_trial": 2, "max_failures": 2})
         spec["training"]["epochs"] = 12
+        spec["training"]["checkpoint_every"] = 2
         spec["scheduler"] = {"type": "none"}
         spec["selection"].update({"top_k": 1, "cv_folds": 2})
     path = work / f"{spec['name']}.yaml"
@@ -131,10 +136,26 @@ def _reports(run_dir: Path) -> list[dict]:
     return out
 
 
+def _holds(node: Node, name: str) -> bool:
+    """Whether a process named ``name`` (e.g. ``RayTrainWorker``) runs on ``node``: Ray's
+    worker processes stay in their raylet's process group, the node's."""
+    import psutil
+
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(name in a for a in p.info["cmdline"] or []) \
+                    and os.getpgid(p.pid) == node.proc.pid:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
+
+
 def _sweep(work: Path, head, spec: Path, name: str, kill_at: list[int], log: Path,
-           timeout_s: float) -> dict:
+           timeout_s: float, holding: str | None = None) -> dict:
     """Run the sweep; kill a worker node whenever the epoch reports reach each of
-    ``kill_at``, then start a replacement. Returns what happened."""
+    ``kill_at`` (one running a process named ``holding`` when one does), then start a
+    replacement. Returns what happened."""
     nodes = [start_node(head.gcs_address, NODE_CPUS, work / f"node{i}.log") for i in range(2)]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
     t0 = time.monotonic()
@@ -152,10 +173,14 @@ def _sweep(work: Path, head, spec: Path, name: str, kill_at: list[int], log: Pat
                 time.sleep(0.2)
             if proc.poll() is not None or time.monotonic() >= deadline:
                 break
-            victim = nodes.pop(0)
+            i = next((k for k, n in enumerate(nodes) if _holds(n, holding)), 0) \
+                if holding else 0
+            victim = nodes.pop(i)
+            held = _holds(victim, holding) if holding else None
             gone_s = victim.kill()
             kills.append({"after_reports": len(_reports(run_dir)),
-                          "at_s": round(time.monotonic() - t0, 1), "gone_in_s": gone_s})
+                          "at_s": round(time.monotonic() - t0, 1), "gone_in_s": gone_s,
+                          "held": held})
             nodes.append(start_node(head.gcs_address, NODE_CPUS,
                                     work / f"node{len(kills) + 1}.log"))
         rc = proc.wait(max(1.0, deadline - time.monotonic()))
@@ -185,12 +210,19 @@ def check(run_dir: Path, trials: int) -> dict:
         if "automl.duplicate_of" not in t.user_attrs:
             states[t.state.name] = states.get(t.state.name, 0) + 1
     restored = [t for t in records if any("restored_from_epoch" in h for h in t["history"])]
+    last: dict = {}
+    again = 0  # reports of an epoch a trial had already reported: it was restarted
+    for rec in _reports(run_dir):
+        n, e = rec.get("trial_id", rec.get("number")), rec.get("epoch")
+        if e is not None and n in last and e <= last[n]:
+            again += 1
+        last[n] = e if e is not None else last.get(n)
     out.update({
         "counts": summary["trials"], "records": len(records),
         "numbers_once": sorted(int(t["trial_id"]) for t in records) == list(range(trials)),
         "histories_whole": all([h["epoch"] for h in t["history"]]
                                == list(range(1, t["epochs_run"] + 1)) for t in records),
-        "study_states": states, "restored_trials": len(restored),
+        "study_states": states, "restored_trials": len(restored), "re_reports": again,
         "worker_nodes": sorted({h.get("worker_nodes") for t in records for h in t["history"]
                                 if h.get("worker_nodes") is not None}),
         "test_accuracy": (summary.get("test") or {}).get("accuracy"),
@@ -218,7 +250,7 @@ def run(quick: bool, ctx: dict) -> Result:
             one["check"] = check(one.pop("run_dir"), trials)
             (work / "two").mkdir()
             two = _sweep(work / "two", head, _spec(work / "two", True, 1), "node-loss-ddp",
-                         [3], work / "two.log", 1200)
+                         [3], work / "two.log", 1200, holding="RayTrainWorker")
             two["check"] = check(two.pop("run_dir"), 1)
             logs = {k: (work / f"{k}.log").read_text(errors="replace")[-3000:]
                     for k in ("one", "two")}
@@ -251,10 +283,16 @@ def run(quick: bool, ctx: dict) -> Result:
              and sum((c1.get("study_states") or {}).values()) == trials
              and bool(c1.get("histories_whole"))),
         Goal("a DDP trial across 2 nodes survives the loss of one of them",
-             f"exit {two['exit']}; kills {len(two['kills'])}; {c2.get('counts')}; restored "
+             f"exit {two['exit']}; kills {len(two['kills'])} (a RayTrainWorker process "
+             f"seen in the killed node's process group: {[k['held'] for k in two['kills']]}"
+             f"); {c2.get('counts')}; epochs reported "
+             f"again after the restart {c2.get('re_reports')}; restored from a checkpoint "
              f"{c2.get('restored_trials')}; worker nodes {c2.get('worker_nodes')}",
+             # the kill hit the trial: it restarted (an epoch reported again) and resumed
+             # from its checkpoint (the process-group look-up may miss a rank's process)
              two["exit"] == 0 and len(two["kills"]) == 1
-             and (c2.get("counts") or {}).get("failed", 1) == 0),
+             and (c2.get("counts") or {}).get("failed", 1) == 0
+             and (c2.get("re_reports") or 0) >= 1 and c2.get("restored_trials") == 1),
     ]
     res.notes.append("Figures here are counts, not timings: the machine's load does not "
                      "change them, only how long each run takes.")
