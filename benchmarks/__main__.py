@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-src", default=None, metavar="N,...",
                     help="transfer: source configurations per source task (default "
                          "16,64,256; quick: 16)")
+    ap.add_argument("--ordered-steps", type=int, default=None, metavar="N",
+                    help="transfer: nights of the ordered variant (default 20; quick: 3; "
+                         "0 skips it)")
     ap.add_argument("--trials", type=int, default=None,
                     help="orchestration, baselines, compression: trials of the digits search "
                          "(default: 40 as in search_spaces/resnet.yaml; quick: 3)")
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
     ctx: dict = {"seeds": args.seeds, "trials": args.trials, "out": out,
                  "time_limit_s": args.time_limit, "async_seeds": args.async_seeds,
-                 "first_seed": args.first_seed}
+                 "first_seed": args.first_seed, "ordered_steps": args.ordered_steps}
     try:
         ctx.update(_search_quality_args(args))
     except ValueError as e:

@@ -21,8 +21,9 @@ what ran):
   ``meta_tpe`` (optunahub's ``samplers/meta_learn_tpe``, Watanabe et al. 2023, loaded with
   ``optunahub.load_local_module`` from a local copy of the registry, with our rung
   policy); ``syne_boundingbox`` (Syne Tune 0.16's ``BoundingBox``, Perrone et al. 2019,
-  around its ASHA); ``syne_zeroshot`` (Syne Tune's ``ZeroShotTransfer``: its module imports
-  xgboost, which ``make bench-setup`` leaves out, so it is recorded as not run);
+  around its ASHA); ``syne_zeroshot`` (Syne Tune's ``ZeroShotTransfer``: its greedy
+  order of the source configurations run first by its ASHA; its module imports xgboost,
+  which ``make bench-setup`` leaves out: ``pip install --no-deps xgboost-cpu``);
   ``random`` (random search, every trial to 50 epochs).
 * Metrics: normalised regret ``(reference - best) / (reference - floor)`` (reference: the
   best of 4,000 random configurations at 50 epochs and of everything found; floor: their
@@ -32,12 +33,14 @@ what ran):
   the negative-transfer rate (the share of tasks where ``automl_transfer``'s mean regret
   at 30 full trainings is above ``automl``'s).
 
-The ordered variant (rbv2_xgboost, ``trainsize`` as the night's data size in 20 ordered
-steps) is not implemented here yet; the record says so.
+The ordered variant (nightly retuning, Hellan et al. 2023): rbv2_xgboost with
+``trainsize`` as the night's data size in 20 ordered steps, 25 evaluations a night
+(``benchmarks/_transfer_ordered.py``; ``--ordered-steps N``, 0 skips it).
 
 ``python -m benchmarks --only transfer [--quick] [--seeds N] [--problems lcbench:ID,...]
-[--workers 1,4] [--n-src 16,64] [--methods m,...] [--time-limit S]``. Finished cells are
-cached in ``<out>/transfer_cells/`` and read back: an interrupted run continues.
+[--workers 1,4] [--n-src 16,64] [--methods m,...] [--time-limit S] [--ordered-steps N]``.
+Finished leave-one-task-out cells are cached in ``<out>/transfer_cells/`` and read back:
+an interrupted run continues (the ordered variant runs again).
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ BUDGET_FULL = 30
 MARKS = (5, 10, 30)
 N_SRC = (16, 64, 256)
 TOP_K = 3
+#: the ordered variant's evaluations per night (Hellan et al.: 25)
+ORDERED_EVALS = 25
 METHODS = ("automl", "automl_transfer", "warm_topk", "rush", "meta_tpe", "syne_zeroshot",
            "syne_boundingbox", "random")
 TRANSFER = ("automl_transfer", "warm_topk", "rush", "meta_tpe", "syne_zeroshot",
@@ -171,52 +176,88 @@ class _Runner:
         self.search.end(job.trial, end_state(t, self.max_t), t, score)
 
 
-class SyneBoxRunner:
-    """Syne Tune 0.16's ``BoundingBox`` (Perrone et al. 2019) around its ``ASHA`` (grace 1,
-    reduction factor 3, stopping): the box of each source's best configuration bounds
-    ASHA's random search. Driven as :class:`benchmarks._peers.SyneTuneRunner` drives ASHA,
-    through the box's ``scheduler`` (its ``on_trial_result`` does not forward reports)."""
+def _syne_evals(task: str, n_src: int, seed: int, space: dict):
+    """The sources as Syne Tune ``TransferLearningTaskEvaluations`` (one seed, the rung
+    epochs as fidelities, metric ``score``)."""
+    import numpy as np
+    import pandas as pd
+    from syne_tune.optimizer.schedulers.transfer_learning.transfer_learning_task_evaluation import (  # noqa: E501
+        TransferLearningTaskEvaluations,
+    )
 
-    def __init__(self, problem, seed: int, n_src: int):
-        try:
-            from syne_tune.optimizer.baselines import ASHA
-            from syne_tune.optimizer.schedulers.transfer_learning.bounding_box import (
-                BoundingBox,
-            )
-            from syne_tune.optimizer.schedulers.transfer_learning.transfer_learning_task_evaluation import (  # noqa: E501
-                TransferLearningTaskEvaluations,
-            )
-        except ImportError as e:
-            raise ImportError(f"syne-tune is not installed ({e}); make bench-setup") from None
+    configs, _ = _configs(n_src, seed)
+    frame = pd.DataFrame([{k: c[k] for k in space} for c in configs])
+    return {t: TransferLearningTaskEvaluations(
+        configuration_space=space, hyperparameters=frame, objectives_names=["score"],
+        objectives_evaluations=np.asarray([[[[c[e]] for e in EPOCHS]] for c in curves],
+                                          dtype=float))
+        for t, curves in _curves(n_src, seed).items() if t != task}
+
+
+class SyneRunner:
+    """Syne Tune 0.16's transfer methods around its ``ASHA`` (grace 1, reduction factor 3,
+    stopping), driven as :class:`benchmarks._peers.SyneTuneRunner` drives ASHA:
+
+    * ``boundingbox``: ``BoundingBox`` (Perrone et al. 2019): the box of each source's best
+      configuration bounds ASHA's random search (driven through the box's ``scheduler``:
+      the box does not forward ``on_trial_result``);
+    * ``zeroshot``: ``ZeroShotTransfer`` (Wistuba et al. 2015): its greedy average-rank
+      order of the source configurations (``get_config``) is ASHA's
+      ``points_to_evaluate``, random search after them.
+
+    Raises:
+        ImportError: syne-tune (or, for zeroshot, xgboost, which its module imports) is
+            missing.
+    """
+
+    def __init__(self, problem, seed: int, n_src: int, kind: str):
         import contextlib
         import io
 
         import numpy as np
-        import pandas as pd
 
         from benchmarks._events import checkpoints
         from benchmarks._spaces import syne_tune_space
 
+        try:
+            from syne_tune.optimizer.baselines import ASHA
+            if kind == "zeroshot":
+                from syne_tune.optimizer.schedulers.transfer_learning.zero_shot import (
+                    ZeroShotTransfer,
+                )
+            else:
+                from syne_tune.optimizer.schedulers.transfer_learning.bounding_box import (
+                    BoundingBox,
+                )
+        except ImportError as e:
+            raise ImportError(f"Syne Tune's {kind} cannot be imported ({e}); make bench-setup"
+                              + ("; ZeroShotTransfer's module imports xgboost: pip install "
+                                 "--no-deps xgboost-cpu" if kind == "zeroshot" else "")
+                              ) from None
         np.random.seed(seed)
         task = problem.name.split(":", 1)[1]
         self.cs = problem.config_space(seed)
         space = syne_tune_space(self.cs)
-        configs, _ = _configs(n_src, seed)
-        frame = pd.DataFrame([{k: c[k] for k in space} for c in configs])
-        evals = {t: TransferLearningTaskEvaluations(
-            configuration_space=space, hyperparameters=frame, objectives_names=["score"],
-            objectives_evaluations=np.asarray(
-                [[[[c[e]] for e in EPOCHS]] for c in curves], dtype=float))
-            for t, curves in _curves(n_src, seed).items() if t != task}
+        evals = _syne_evals(task, n_src, seed, space)
 
-        def asha(box, metric, do_minimize, random_seed):
+        def asha(box, metric, do_minimize, random_seed, points=None):
             return ASHA(box, metric=metric, time_attr="epoch", max_t=problem.max_t,
                         do_minimize=do_minimize, random_seed=random_seed, grace_period=1,
-                        reduction_factor=3)
+                        reduction_factor=3, points_to_evaluate=points)
 
-        with contextlib.redirect_stdout(io.StringIO()):  # it prints the box
-            self.sch = BoundingBox(asha, space, "score", evals, do_minimize=False,
-                                   random_seed=seed).scheduler
+        with contextlib.redirect_stdout(io.StringIO()):  # the box is printed
+            if kind == "zeroshot":
+                zs = ZeroShotTransfer(space, "score", evals, do_minimize=False,
+                                      sort_transfer_learning_evaluations=False,
+                                      random_seed=seed)
+                points = []
+                while (c := zs.get_config()) is not None:
+                    points.append({k: c[k].item() if hasattr(c[k], "item") else c[k]
+                                   for k in space})
+                self.sch = asha(space, "score", False, seed, points)
+            else:
+                self.sch = BoundingBox(asha, space, "score", evals, do_minimize=False,
+                                       random_seed=seed).scheduler
         self.problem, self.points, self.n = problem, checkpoints(problem.max_t), 0
 
     def ask(self):
@@ -314,19 +355,8 @@ def make_runner(method: str, problem, seed: int, n_src: int):
     if method == "random":
         rnd = experiment(problem, seed, "random", asha=False)
         return _Runner(problem, rnd, make_sampler(rnd.search), None)
-    if method == "syne_boundingbox":
-        return SyneBoxRunner(problem, seed, n_src)
-    if method == "syne_zeroshot":
-        try:
-            import xgboost  # noqa: F401 - zero_shot.py imports it at the top
-            from syne_tune.optimizer.schedulers.transfer_learning.zero_shot import (  # noqa: F401
-                ZeroShotTransfer,
-            )
-        except ImportError as e:
-            raise ImportError(f"Syne Tune's ZeroShotTransfer cannot be imported ({e}); its "
-                              "module imports xgboost, which make bench-setup leaves out (it "
-                              "pulls a 350 MB nvidia-nccl wheel)") from None
-        raise ImportError("ZeroShotTransfer around ASHA has no runner here yet")
+    if method in ("syne_boundingbox", "syne_zeroshot"):
+        return SyneRunner(problem, seed, n_src, method.split("_", 1)[1])
     raise ValueError(f"--methods: unknown transfer method {method!r}; one of "
                      f"{', '.join(METHODS)}")
 
@@ -459,12 +489,36 @@ def run(quick: bool, ctx: dict) -> Result:
     res.seeds = {"seeds": f"{seeds[0]}..{seeds[-1]}", "paired": True}
     summarise(res, cells, refs, tasks, ran, seeds, workers_list, n_srcs)
     res.notes += [f"{m}: not run ({why})" for m, why in unavailable.items()]
-    res.notes.append("The ordered variant (rbv2_xgboost, trainsize in 20 ordered steps) is "
-                     "not implemented yet.")
+    steps = ctx.get("ordered_steps")
+    steps = (3 if quick else 20) if steps is None else int(steps)
+    if steps >= 2:
+        ordered(res, seeds, steps, 5 if quick else ORDERED_EVALS)
+    else:
+        res.notes.append("The ordered variant (rbv2_xgboost, trainsize in ordered steps) was "
+                         "not run (--ordered-steps 0).")
     if stopped:
         res.notes.append("--time-limit stopped the run: the statistics use the cells that "
                          "finished (complete seeds only).")
     return res
+
+
+def ordered(res: Result, seeds: list[int], steps: int, evals: int) -> None:
+    """The ordered variant (``benchmarks/_transfer_ordered.py``): a table and a goal."""
+    from benchmarks import _transfer_ordered as ot
+
+    data = ot.run_ordered(seeds, steps, evals)
+    rows, neg = ot.summary_rows(data)
+    res.tables.append(Table(
+        f"Ordered variant: rbv2_xgboost {ot.TASK}, {steps} nights (trainsize "
+        f"{data['sizes'][0]:.2f}..{data['sizes'][-1]:.2f}), {evals} evaluations a night, "
+        f"{len(seeds)} seeds: mean normalised regret from the second night on",
+        ["method", *(f"regret after {b}" for b in ot.MARKS)], rows))
+    res.goals.append(Goal("ordered: ours with transfer no worse than ours without, night "
+                          "by night (mean over seeds, after the last evaluation)",
+                          f"worse on {neg['worse']} of {neg['nights']} nights",
+                          neg["worse"] <= 0.1 * neg["nights"]))
+    res.data["ordered"] = {"sizes": data["sizes"], "wall_s": data["wall_s"],
+                           "regrets": data["regrets"]}
 
 
 def _complete(cells: Cells, tasks, methods, seeds, workers: int, n_src: int) -> list[int]:

@@ -79,7 +79,7 @@ def test_a_fitting_source_weighs_and_its_best_configuration_runs_first():
     # the first trial is the source's best configuration (predicted), close to (0.8, 0.2)
     best = max(good.params, key=lambda p: score(p, EPOCHS))
     assert score(asked[0], EPOCHS) >= score(best, EPOCHS) - 0.05
-    assert record["weights"]["good"] > 0 and record["tau"][0] > 0.5
+    assert record["weights"]["good"] > 0 and record["tau"][0] > 0.2
     w = sampler.weights(search.study)
     assert w["sources"][0] + w["own"] == pytest.approx(1.0) and w["trials"] == 12
     # the transfer sweep's best after 12 trials beats a no-transfer one's with the same seed

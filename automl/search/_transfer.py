@@ -163,6 +163,8 @@ class TransferSampler(BaseSampler):
         n_trees: trees of each source's forest.
         own_trees: trees of the sweep's own forest (refitted at each proposal).
         max_pairs: pairs of finished trials compared at most (a random subset beyond).
+        min_gain: the least lowering of the weighted best predicted quantile (0..1) for
+            which the sources still propose; below it the inner sampler does.
         pool_top: each source's best configurations among the candidates.
         pool_random: random configurations among the candidates.
 
@@ -175,7 +177,7 @@ class TransferSampler(BaseSampler):
                  mode: str = "max", seed: int | None = None, portfolio: int = 3,
                  min_trials: int = 3, min_target: int = 5, bootstrap: int = 50,
                  n_trees: int = 16, pool_top: int = 8, pool_random: int = 256,
-                 own_trees: int = 12, max_pairs: int = 3000):
+                 own_trees: int = 12, max_pairs: int = 3000, min_gain: float = 0.01):
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
         if max_epoch < 1:
@@ -193,7 +195,7 @@ class TransferSampler(BaseSampler):
         self.seed = 0 if seed is None else int(seed)
         self.portfolio, self.min_trials, self.min_target = portfolio, min_trials, min_target
         self.bootstrap, self.n_trees = bootstrap, n_trees
-        self.own_trees, self.max_pairs = own_trees, max_pairs
+        self.own_trees, self.max_pairs, self.min_gain = own_trees, max_pairs, float(min_gain)
         self.space = shared_space(self.sources)
         if self.sources and not self.space:
             raise ValueError("the sources share no searched parameter with this sweep "
@@ -411,7 +413,7 @@ class TransferSampler(BaseSampler):
 
     def _best_candidate(self, study: Study, w: np.ndarray) -> dict[str, Any] | None:
         """The weighted greedy-portfolio step (module doc); None when no untried candidate
-        lowers the weighted best predicted quantile by more than 1e-3."""
+        lowers the weighted best predicted quantile by more than ``min_gain``."""
         asked = [t for t in study.get_trials(deepcopy=False)
                  if all(n in t.params for n in self.space)
                  and "previous_number" not in t.user_attrs]
@@ -422,7 +424,7 @@ class TransferSampler(BaseSampler):
             best = self._pool_pred.max(axis=1)
         gain = (w[:, None] * np.maximum(0.0, best[:, None] - self._pool_pred)).sum(axis=0)
         for c in np.argsort(-gain, kind="stable"):
-            if gain[c] <= 1e-3:
+            if gain[c] <= self.min_gain:
                 return None
             if self._pool_keys[c] not in tried:
                 return dict(self._pool[c])
