@@ -133,6 +133,7 @@ def test_rush_stops_a_trial_below_the_best_anchor_at_a_rung_that_asha_would_pass
     assert RungPolicy(1, 3, 9, mode="max").replay(
         [("x", 1, 0.1), ("y", 1, 0.2), ("z", 1, 0.3), ("a", 1, 0.9), ("b", 1, 0.5)])[-1] == CONTINUE
     assert policy.on_report("b", 1, 0.5) == STOP
+    assert policy.on_report("c", 1, 0.95) == CONTINUE  # above the anchor: ASHA decides
     assert policy.on_report("c", 2, 0.1) == CONTINUE  # no rung at epoch 2
     assert policy.rung_epochs() == [1, 3, 9] and policy.max_t == 9
     minimise = RushPolicy(RungPolicy(1, 3, 9, mode="min"), anchors=["a"])
