@@ -26,6 +26,9 @@ The method, and why (issue 43's anchors, combined):
   its median loss exceeds the 95th percentile of the sweep's own model's loss, and, our
   rule, as soon as it ranks the pairs no better than chance (Kendall's tau <= 0). What the
   sources lose goes to the sweep's own model.
+* **When.** The weights are measured again once the finished trials grew by a tenth
+  since the last time (every trial while fewer than 20 finished), so a long sweep does not
+  pay the bootstrap and the own forest on every trial.
 * **Who proposes.** Trial ``n`` is the sources' turn with probability equal to the
   sources' total weight (a draw from ``default_rng([seed, n, 7])``), otherwise the inner
   sampler's (the no-transfer portfolio, :func:`automl.search.make_sampler`), which is told
@@ -205,6 +208,7 @@ class TransferSampler(BaseSampler):
         self._cache: dict[tuple, np.ndarray] = {}  # (params key, epoch feature) -> (S,)
         self._proposals: dict[int, dict[str, Any]] = {}  # trial number -> proposal
         self._record: dict[str, Any] | None = None
+        self._last: tuple[int, dict] | None = None  # (finished trials, weights then)
 
     # -- the sources' models -----------------------------------------------------------------
     def _encode(self, params: Mapping[str, Any]) -> list[float]:
@@ -388,7 +392,10 @@ class TransferSampler(BaseSampler):
     def _propose(self, study: Study, number: int) -> dict[str, Any] | None:
         """The sources' proposal for trial ``number``, or None when it is ``inner``'s turn."""
         record = self._load_record(study)
-        w = self.weights(study)
+        n = len(self._own(study))
+        if self._last is None or n - self._last[0] >= max(1, self._last[0] // 10):
+            self._last = (n, self.weights(study))  # again after 10% more finished trials
+        w = self._last[1]
         blind = w["trials"] < self.min_trials
         share = sum(w["sources"])
         if blind:
