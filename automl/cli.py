@@ -206,6 +206,10 @@ def search(
             from automl.nightly import check_source
 
             check_source(exp.nightly.warm_start)
+        if exp.nightly.transfer_from and not resume:
+            from automl.nightly._sources import check_sources
+
+            check_sources(exp)
         from automl.nightly import run_job
         from automl.pipeline import choose_run_dir, find_unfinished
 

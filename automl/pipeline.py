@@ -197,6 +197,7 @@ def run_main_job(
     resume: bool = False,
     prepared: Prepared | None = None,
     init_weights: dict | None = None,
+    transfer_sources: tuple = (),
 ) -> dict:
     """Load and clean data, run the search on Ray, cross-validate the top k, retrain the
     winner on all training rows (train + validation) and score it once on the test split,
@@ -212,6 +213,8 @@ def run_main_job(
         prepared: the data, when a caller (the nightly driver) loaded them already.
         init_weights: ``{"arch", "state_dict"}`` that trials of that architecture start
             from (transfer learning; ``automl.models.load_matching_weights``).
+        transfer_sources: earlier studies the sampler transfers from
+            (``automl.search._transfer.SourceStudy``; the nightly driver reads them).
 
     Returns:
         The summary dict also written to ``<run_dir>/summary.json``.
@@ -284,7 +287,7 @@ def run_main_job(
             WarmFoldWorkers(exp.resources, admission.max_concurrent)]
         result = stages.run("search", lambda: _search(exp, prepared, run_dir, admission,
                                                       console, [*sinks, *warm], init_weights,
-                                                      resume, budget),
+                                                      resume, budget, transfer_sources),
                             load=SearchResult.from_dict)
         # a W&B server lost mid-sweep moved its sink offline: the winner logs there too
         target = next((s.sink.target for s in sinks if isinstance(getattr(s, "sink", None),
@@ -499,7 +502,8 @@ class _Beside:
 
 
 def _search(exp, prepared: Prepared, run_dir: Path, admission, console, sinks,
-            init_weights, resume: bool, budget: JobBudget | None = None) -> SearchResult:
+            init_weights, resume: bool, budget: JobBudget | None = None,
+            sources: tuple = ()) -> SearchResult:
     """The search stage (:func:`automl.search.run_search`), its events going to ``sinks``;
     with a job budget (``budget_s``) it ends when the later stages' estimate says so."""
     from automl.search import run_search
@@ -525,7 +529,7 @@ def _search(exp, prepared: Prepared, run_dir: Path, admission, console, sinks,
                                       pace=(ended, ledger.total - ended,
                                             ledger.clock() - ledger.t0))
     result = run_search(exp, data, run_dir, admission, console, sinks=sinks, resume=resume,
-                        stop_if=stop_if)
+                        stop_if=stop_if, sources=sources)
     if budget is not None and (line := budget.stop_line()):
         console.print(line, highlight=False)
     return result

@@ -10,7 +10,8 @@ model); run alone, each produces what it needs itself. A benchmark that raises i
 as ``failed`` with the error and the others still run; the exit code is 1 then.
 
 ``search_quality`` takes ``--problems``, ``--workers``, ``--async-seeds``, ``--methods``
-and ``--time-limit`` (a bad entry: one line naming the flag, exit code 2); a run that
+and ``--time-limit`` (a bad entry: one line naming the flag, exit code 2; ``transfer``
+takes them too, with ``--seeds`` and ``--n-src``); a run that
 includes it re-executes itself with ``PYTHONHASHSEED=0`` (SMAC3 repeats across processes
 only then).
 """
@@ -32,7 +33,7 @@ from benchmarks._common import RESULTS, Result, machine, write  # noqa: E402
 
 ORDER = ("orchestration", "search_quality", "baselines", "scaling", "compression", "chaos",
          "mnist1d", "eta", "job", "latency_stability", "multi_objective",
-         "multi_objective_digits", "study_ask", "regression", "node_loss")
+         "multi_objective_digits", "study_ask", "regression", "node_loss", "transfer")
 ON_REQUEST = ("gpu",)  # needs a GPU: run only when named with --only
 
 
@@ -66,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=None, metavar="S",
                     help="search_quality: start no new cell after S seconds (finished cells "
                          "are cached and the statistics use complete seeds)")
+    ap.add_argument("--n-src", default=None, metavar="N,...",
+                    help="transfer: source configurations per source task (default "
+                         "16,64,256; quick: 16)")
+    ap.add_argument("--ordered-steps", type=int, default=None, metavar="N",
+                    help="transfer: nights of the ordered variant (default 20; quick: 3; "
+                         "0 skips it)")
     ap.add_argument("--trials", type=int, default=None,
                     help="orchestration, baselines, compression: trials of the digits search "
                          "(default: 40 as in search_spaces/resnet.yaml; quick: 3)")
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
     ctx: dict = {"seeds": args.seeds, "trials": args.trials, "out": out,
                  "time_limit_s": args.time_limit, "async_seeds": args.async_seeds,
-                 "first_seed": args.first_seed}
+                 "first_seed": args.first_seed, "ordered_steps": args.ordered_steps}
     try:
         ctx.update(_search_quality_args(args))
     except ValueError as e:
@@ -131,6 +138,13 @@ def _search_quality_args(args) -> dict:
                 load(name)
             except ImportError:
                 pass  # reported by the benchmark as a problem left out, with its reason
+    if getattr(args, "n_src", None) is not None:
+        try:
+            out["n_src"] = [int(n) for n in args.n_src.split(",") if n.strip()]
+        except ValueError:
+            raise ValueError(f"--n-src: {args.n_src!r} is not a list of integers") from None
+        if not out["n_src"] or min(out["n_src"]) < 2:
+            raise ValueError(f"--n-src: need integers >= 2, got {args.n_src!r}")
     if args.workers is not None:
         try:
             out["workers"] = [int(w) for w in args.workers.split(",") if w.strip()]
@@ -140,12 +154,14 @@ def _search_quality_args(args) -> dict:
             raise ValueError(f"--workers: need integers >= 1, got {args.workers!r}")
     if args.methods is not None:
         from benchmarks._peers import METHODS, VARIANTS, variant_knobs
+        from benchmarks.transfer import METHODS as TRANSFER_METHODS
 
         out["methods"] = [m.strip() for m in args.methods.split(",") if m.strip()]
         for m in out["methods"]:
-            if m not in METHODS + VARIANTS and variant_knobs(m) is None:
+            if (m not in METHODS + VARIANTS + TRANSFER_METHODS
+                    and variant_knobs(m) is None):
                 raise ValueError(f"--methods: unknown method {m!r}; one of "
-                                 f"{', '.join(METHODS + VARIANTS)}")
+                                 f"{', '.join(METHODS + VARIANTS + TRANSFER_METHODS)}")
     return out
 
 

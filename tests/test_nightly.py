@@ -408,3 +408,38 @@ def test_tabular_run_keeps_its_preprocessor_beside_the_model(nights):
                   if v.lineage.get("sweep") == run_dir.name and v.lineage["kind"] == "winner"]
     assert set(version.files) == {"model.pt", "preprocessor.skops", "model.ts", "model.onnx",
                                   "MODEL_CARD.md"}
+
+
+def test_a_night_transfers_from_two_earlier_studies_and_its_summary_shows_their_weights(
+        nights, tmp_path_factory):
+    """Night C (5 trials, 2 at a time) names night A's run directory and night B's study by
+    its storage URL: both are read, the sources' portfolio runs first, and summary.json's
+    ``transfer_hpo`` gives each source's weight."""
+    _, a_dir, _ = nights["a"]
+    _, b_dir, _ = nights["b"]
+    tmp = tmp_path_factory.mktemp("transfer")
+    b_url = f"sqlite:///{(b_dir / 'study.db').resolve()}"
+    nightly = (f"{{transfer_from: ['{a_dir}', {{storage: '{b_url}', study: nightly}}], "
+               "transfer_portfolio: 2}")
+    text = SWEEP.format(path=a_dir.parent.parent / "old.npz", n=5, seed=2, top_k=1,
+                        registry=tmp / "registry", nightly=nightly)
+    exp = load_spec(write_spec(tmp, text, "c.yaml"))
+    run_dir = choose_run_dir(exp, str(tmp / "runs"), "c")
+    summary = run_job(exp, run_dir, console=Console(quiet=True))
+    section = summary["transfer_hpo"]
+    names = [s["name"] for s in section["sources"]]
+    assert names == [str(a_dir), f"{b_url}#nightly"]
+    assert [s["status"] for s in section["sources"]] == ["used", "used"]
+    # A ran 2 trials; B 3 of its own (the 2 its warm start copied from A are not B's)
+    assert [s["trials"] for s in section["sources"]] == [2, 3]
+    weights = [s["weight"] for s in section["sources"]]
+    assert all(isinstance(w, float) and 0.0 <= w <= 1.0 for w in weights)
+    assert sum(weights) + section["own_weight"] == pytest.approx(1.0, abs=1e-3)
+    assert 0 in section["proposed_by_sources"] and len(section["proposed_by_sources"]) <= 5
+    first = section["first_trials"]
+    assert first[0]["trial"] == 0 and first[0]["from"] == "sources"
+    assert {f["from"] for f in first} <= {"sources", "sampler"}
+    study = optuna.load_study(study_name="nightly", storage=f"sqlite:///{run_dir / 'study.db'}")
+    assert study.user_attrs["automl.transfer"]["transfer"] == section["proposed_by_sources"]
+    saved = json.loads((run_dir / "summary.json").read_text())
+    assert saved["transfer_hpo"]["sources"][0]["weight"] == weights[0]

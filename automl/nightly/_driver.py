@@ -20,21 +20,24 @@ STAGE = "nightly"
 
 def _active(exp: Experiment) -> bool:
     n = exp.nightly
-    return bool(n.warm_start or n.transfer or n.promote)
+    return bool(n.warm_start or n.transfer or n.promote or n.transfer_from)
 
 
 def run_job(exp: Experiment, run_dir: Path, *, console: Console | None = None,
             resume: bool = False, **job) -> dict:
     """Run the main job of ``exp`` in ``run_dir``; with any ``nightly`` feature set, around
     it: seed the study from ``nightly.warm_start`` (not on resume: the study was seeded
-    then), hand trials the champion's weights (``nightly.transfer``), and after the job
+    then), hand trials the champion's weights (``nightly.transfer``), hand the sampler the
+    earlier studies of ``nightly.transfer_from`` (transfer HPO), and after the job
     compare the registered winner with the champion on the same folds and move the alias
     when it wins (``nightly.promote``). ``job`` are :func:`automl.pipeline.run_main_job`'s
     keyword arguments.
 
     Returns:
-        The summary (``summary.json``), with ``warm_start``, ``transfer`` and ``champion``
-        sections when those ran.
+        The summary (``summary.json``), with ``warm_start``, ``transfer``,
+        ``transfer_hpo`` (``nightly.transfer_from``: each source's weight,
+        :func:`automl.nightly._sources.transfer_section`) and ``champion`` sections when
+        those ran.
     """
     from automl import pipeline
     from automl._io import write_json
@@ -74,11 +77,31 @@ def run_job(exp: Experiment, run_dir: Path, *, console: Console | None = None,
             arch = " ".join(f"{k}={v}" for k, v in transfer["arch"].items())
             console.print(f"transfer trials with the architecture of {transfer['ref']} "
                           f"({arch}) start from its weights", highlight=False)
+    sources: list = []
+    if n.transfer_from:
+        from automl.nightly._sources import read_sources
+
+        sources, info = read_sources(exp)
+        section["transfer_hpo"] = {"sources": info}
+        for row in info:
+            console.print(f"transfer_hpo {row['name']}: {row['status']}, {row['trials']} "
+                          "trials", highlight=False,
+                          style=None if row["status"] == "used" else "yellow")
     if section:
         run_dir.mkdir(parents=True, exist_ok=True)
         _save(write_json, run_dir, section, time.perf_counter() - t0)
     summary = pipeline.run_main_job(exp, run_dir, console=console, resume=resume,
-                                    prepared=prepared, init_weights=transfer, **job)
+                                    prepared=prepared, init_weights=transfer,
+                                    transfer_sources=tuple(sources), **job)
+    if n.transfer_from:
+        from automl.nightly._sources import transfer_section
+
+        section["transfer_hpo"] = transfer_section(section["transfer_hpo"]["sources"],
+                                                   run_dir / "study.db", exp.name)
+        used = [f"{r['name']} {r['weight']:.2f}" for r in section["transfer_hpo"]["sources"]
+                if r["weight"] is not None]
+        console.print(f"transfer_hpo weights: {', '.join(used) or 'none'}; own model "
+                      f"{section['transfer_hpo']['own_weight']}", highlight=False)
     if n.promote and "champion" not in section:
         section["champion"] = _challenge(exp, run_dir, prepared, summary, registry_root,
                                          console, job.get("address"))

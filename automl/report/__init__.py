@@ -56,6 +56,21 @@ def _load_study(run_dir: Path, name: str | None):
     return optuna.load_study(study_name=name if name in names else names[0], storage=storage)
 
 
+def _transfer(section: dict) -> str:
+    """The ``transfer_hpo`` section: each source with its weight, then the first trials."""
+    rows = [[s["name"], s["status"], s["trials"], s.get("weight"),
+             "yes" if s.get("dropped") else "no"] for s in section.get("sources", [])]
+    out = table(["source study", "status", "trials used", "weight", "dropped"], rows)
+    out += (f"<p>The sweep's own model weighs {section.get('own_weight')}; the sources "
+            f"proposed trials {section.get('proposed_by_sources') or 'none'}, the sampler "
+            f"{section.get('proposed_by_sampler', 0)}.</p>")
+    first = section.get("first_trials") or []
+    if first:
+        out += table(["trial", "proposed by", "state", "value"],
+                     [[f["trial"], f["from"], f["state"], f["value"]] for f in first])
+    return out
+
+
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Report:
     """Write the report of ``run_dir`` into ``out_dir`` (default ``<run_dir>/report``).
 
@@ -119,6 +134,8 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Repo
                 *([("Pareto front (cross-validated)", _front(summary))]
                   if summary.get("pareto") else []),
                 ("Search", "".join(figure(n, c, files, skipped, divs) for n, c in search_figs))]
+    if summary.get("transfer_hpo"):
+        sections.append(("Transfer from earlier studies", _transfer(summary["transfer_hpo"])))
     if cv:
         rows = [[c["trial_id"], c["status"], c["mean"], c["std"], c["scores"], c["n_params"]]
                 for c in cv["candidates"]]

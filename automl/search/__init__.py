@@ -11,8 +11,9 @@ Public API: :func:`run_search`, :class:`SearchResult`, :class:`TrialRecord`,
 :class:`TrialSink`, :class:`SweepView`, :class:`TrialLog`; several objectives:
 :class:`Objectives`, :func:`rank_trials`, :func:`pareto_of`, :func:`cv_candidates` and the
 front's geometry (:func:`non_dominated_sort`, :func:`pareto_front`, :func:`spread`,
-:func:`knee`, :func:`hypervolume`). Admission lives in
-:mod:`automl.cluster`.
+:func:`knee`, :func:`hypervolume`); transfer from earlier studies: :class:`SourceStudy`,
+:class:`TransferSampler` (via :func:`make_sampler`'s ``sources``), :class:`RushPolicy`.
+Admission lives in :mod:`automl.cluster`.
 
 ``automl.search`` is also the Python API's entry point: calling the package,
 ``automl.search(spec, model=..., data=...)``, runs :func:`automl.api.search`, which the call
@@ -44,6 +45,7 @@ _WHERE = {
     "make_sampler": "_sampler",
     "StudySearch": "_study",
     "run_search": "_tuner",
+    "RushPolicy": "_transfer", "SourceStudy": "_transfer", "TransferSampler": "_transfer",
 }
 
 __all__ = sorted(_WHERE)

@@ -3,6 +3,7 @@ depend on Optuna's version defaults (FIELD-NOTES: Optuna 5 changed TPE's)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from automl.search._forest import ForestSampler
+from automl.search._transfer import SourceStudy, TransferSampler
 from automl.spec import SearchSpec
 
 
@@ -75,20 +77,34 @@ class RandomInterleave(BaseSampler):
         self.inner.after_trial(study, trial, state, values)
 
 
-def make_sampler(search: SearchSpec, seed: int | None = None) -> BaseSampler:
+def make_sampler(search: SearchSpec, seed: int | None = None,
+                 sources: Sequence[SourceStudy] = (), max_epoch: int = 1,
+                 portfolio: int = 3) -> BaseSampler:
     """:func:`base_sampler`, wrapped in :class:`RandomInterleave` when
     ``search.random_fraction`` > 0 (the spec allows it with a model sampler only,
     :data:`automl.spec.MODEL_SAMPLERS`), seeded with ``seed`` (default ``search.seed``).
 
+    With ``sources`` (earlier studies, :class:`automl.search._transfer.SourceStudy`), that
+    sampler is the inner one of a :class:`automl.search._transfer.TransferSampler`
+    (``max_epoch``: epochs of a full training; ``portfolio``: the sources' zero-shot trials
+    at most before their weights are measured). Without them the result is the
+    no-transfer sampler itself: the same seeds give the same trials.
+
     Raises:
-        ValueError: an unknown sampler name.
+        ValueError: an unknown sampler name; sources that share no parameter with the
+            space, or with several objectives.
     """
     inner = base_sampler(search, seed)
+    seed = search.seed if seed is None else seed
     if search.random_fraction > 0:
-        seed = search.seed if seed is None else seed
-        return RandomInterleave(inner, search.random_fraction, seed,
-                                after=search.n_startup_trials)
-    return inner
+        inner = RandomInterleave(inner, search.random_fraction, seed,
+                                 after=search.n_startup_trials)
+    if not sources:
+        return inner
+    if search.multi_objective:
+        raise ValueError("transfer from earlier studies needs one objective")
+    return TransferSampler(inner, sources, max_epoch, mode=search.mode, seed=seed,
+                           portfolio=portfolio)
 
 
 def base_sampler(search: SearchSpec, seed: int | None = None) -> BaseSampler:

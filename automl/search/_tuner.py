@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +46,7 @@ from automl.search._sampler import make_sampler
 from automl.search._storage import SoleWriterStorage
 from automl.search._study import StudySearch
 from automl.search._trainable import DataRef, TrialData, run_trial
+from automl.search._transfer import SourceStudy
 from automl.space import TrialConfig, define_by_run, describe, enumerate_params
 from automl.spec import COST_METRICS, Experiment
 
@@ -87,18 +88,22 @@ def study_storage(run_dir: Path) -> optuna.storages.RDBStorage:
         engine_kwargs={"connect_args": {"timeout": STUDY_BUSY_TIMEOUT_S}})
 
 
-def make_search(exp: Experiment, run_dir: Path, storage=None) -> StudySearch:
+def make_search(exp: Experiment, run_dir: Path, storage=None,
+                sources: Sequence[SourceStudy] = ()) -> StudySearch:
     """The sweep's :class:`StudySearch`: the spec's sampler over its define-by-run space,
     study ``exp.name`` in ``<run_dir>/study.db``, ``search.num_samples`` trials. The sampler
     is seeded with ``search.seed`` plus the trials the study already holds (0 unless
     resumed or warm-started). The driver is the study's only writer during the sweep,
     so its reads are answered from memory (:class:`SoleWriterStorage`); ``storage``
-    replaces that storage (``benchmarks/study_ask.py`` compares others)."""
+    replaces that storage (``benchmarks/study_ask.py`` compares others). ``sources``:
+    earlier studies to transfer from (:func:`make_sampler`; ``nightly.transfer_from``)."""
     if storage is None:
         storage = SoleWriterStorage(study_storage(run_dir))
+    portfolio = exp.nightly.transfer_portfolio
     return StudySearch(
         define_by_run(exp), storage, exp.name,
-        lambda held: make_sampler(exp.search, seed=exp.search.seed + held),
+        lambda held: make_sampler(exp.search, seed=exp.search.seed + held, sources=sources,
+                                  max_epoch=exp.max_epochs, portfolio=portfolio),
         Objectives.of(exp.search).mode, exp.search.num_samples, size=describe(exp)["size"],
         enumerate_space=lambda: enumerate_params(exp), seed=exp.search.seed,
         metric_names=Objectives.of(exp.search).metrics)
@@ -169,6 +174,7 @@ def run_search(
     sinks: list[TrialSink] | None = None,
     resume: bool = False,
     stop_if: Callable[[Ledger], bool] | None = None,
+    sources: Sequence[SourceStudy] = (),
 ) -> SearchResult:
     """Run the sweep on the connected Ray cluster and collect its trials.
 
@@ -186,6 +192,7 @@ def run_search(
         stop_if: ``ledger -> True`` ends the whole sweep now (none is asked for any more;
             running trials stop and end at their last report, told PRUNED:
             :func:`end_budget_stopped`): the job budget (``automl.budget``).
+        sources: earlier studies the sampler transfers from (:func:`make_search`).
 
     Raises:
         ResourceError: a trial can never be placed (before anything is queued).
@@ -195,7 +202,7 @@ def run_search(
         admission = admit_trials(exp.resources)
     metric, mode = exp.search.metric, exp.search.mode
     objectives = Objectives.of(exp.search)
-    search = make_search(exp, run_dir)
+    search = make_search(exp, run_dir, sources=sources)
     policy = make_policy(exp)
     ledger = Ledger(run_dir, metric, mode, exp.search.num_samples, epochs_of(exp),
                     params_of=search.params_of, sinks=[ConsoleProgress(console), *(sinks or [])],

@@ -75,7 +75,7 @@ from automl.spec._domains import (
     values_of,
 )
 from automl.spec._errors import first_error
-from automl.spec._nightly import NightlySpec
+from automl.spec._nightly import NightlySpec, TransferSource
 from automl.spec._sections import (
     AugmentSpec,
     ConstraintSpec,
@@ -103,6 +103,7 @@ from automl.spec._sections import (
 )
 
 __all__ = [
+    "TransferSource",
     "FAMILIES",
     "FACTORY_ARGS",
     "IMPORT_PATH",
@@ -302,6 +303,9 @@ class Experiment(_Strict):
         if self.nightly.uses_champion and not self.registry.enabled:
             raise ValueError("nightly.promote: the champion lives in the model registry; "
                              "set registry.enabled: true or remove nightly.promote/transfer")
+        if self.search.multi_objective and self.nightly.transfer_from:
+            raise ValueError("nightly.transfer_from: transfer weighs sources by how they rank "
+                             "one metric; remove it or search one metric (search.metric)")
         if self.search.multi_objective and self.nightly.warm_start:
             raise ValueError("nightly.warm_start: warm starts copy one-objective studies; "
                              "remove it or search one metric (search.metric)")
