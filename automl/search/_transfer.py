@@ -549,7 +549,7 @@ class RushPolicy:
         self.policy, self.anchors = policy, set(anchors)
         self._sign = 1.0 if policy.mode == "max" else -1.0
         self.thresholds: dict[int, float] = {}  # epoch -> the best anchor value (signed)
-        self._rungs = set(policy.rung_epochs())
+        self.rung_epochs_set = set(policy.rung_epochs())
 
     def __getattr__(self, name: str):
         if name == "policy":  # not set yet (copying): no recursion
@@ -568,11 +568,11 @@ class RushPolicy:
             return decision
         signed = self._sign * float(value)
         if trial in self.anchors:
-            if int(epoch) in self._rungs or epoch >= self.policy.max_t:
+            if int(epoch) in self.rung_epochs_set or epoch >= self.policy.max_t:
                 self.thresholds[int(epoch)] = max(self.thresholds.get(int(epoch), -math.inf),
                                                   signed)
             return decision
-        if (decision == CONTINUE and int(epoch) in self._rungs and epoch < self.policy.max_t
+        if (decision == CONTINUE and int(epoch) in self.rung_epochs_set and epoch < self.policy.max_t
                 and signed < self.thresholds.get(int(epoch), -math.inf)):
             return STOP
         return decision
