@@ -75,6 +75,10 @@ def choose_run_dir(exp: Experiment, output: str | None, name: str | None) -> Pat
     return run_dir
 
 
+#: CPUs kept free of trials for Ray Data's tasks when the data stream
+STREAM_CPUS = 1.0
+
+
 def check_same_data(run_dir: Path, data_info: dict) -> None:
     """A resumed run must see the data it started with (same sha256).
 
@@ -262,8 +266,12 @@ def run_main_job(
                       + (f"; metrics {handle.metrics_url}" if handle.metrics_url else ""))
         # admission before anything is written: an impossible request leaves no run dir
         cluster.admit_data_parallel(exp.resources, handle)
+        # streaming: CPUs kept back for Ray Data's tasks, which run outside the trials'
+        # and folds' own (tasks holding every CPU starve them: ray#29662, ray#24304)
+        cluster.keep_cpus(STREAM_CPUS if prepared.scan is not None else 0.0)
         admission = cluster.admit_trials(exp.resources)
         check_storage(exp, admission.nodes)
+        data_info = {**data_info, **prepared.ready(exp, console)}  # a stream's cache
         if not (run_dir / "spec.yaml").exists():
             start_run_dir(exp, run_dir, data_info)
         cluster.record_instance(run_dir, handle)
@@ -319,7 +327,8 @@ def run_main_job(
         # the refit and the compression follows.
         winner = cv.winner_candidate
         won = next((t for t in result.trials if t.trial_id == winner.trial_id), None)
-        teach = exp.compression.enabled and bool(exp.compression.stages)
+        teach = (exp.compression.enabled and bool(exp.compression.stages)
+                 and prepared.scan is None)
         # a data-parallel trial's checkpoint may hold FSDP shards: its teacher is retrained
         own = _trial_teacher(won, winner.config) if teach and not exp.resources.distributed \
             else None
@@ -339,11 +348,18 @@ def run_main_job(
     finally:
         if beside is None:
             _stop_ray(handle, run_dir, lock)
+        cluster.keep_cpus(0.0)
     from automl.compress.job import compress_step  # the spec's chain, on the winner
 
     wc = candidate_of(won.history, won.target_epochs, len(splits.train)) if won else None
     comp_exp = exp
-    if wc is not None:
+    if prepared.scan is not None and exp.compression.enabled:  # Ray stopped: no stream
+        console.print("compress skipped: the compression chain reads its rows in memory and "
+                      "this run's data stream from a cache (data.streaming); the winner is "
+                      "best/model.pt", highlight=False)
+        comp_exp = exp.model_copy(update={"compression": exp.compression.model_copy(
+            update={"enabled": False})})
+    elif wc is not None:
         notes = len(budget.notes)
         comp_exp = exp.model_copy(update={"compression": budget.fit_compression(wc)})
         for line in budget.notes[notes:]:

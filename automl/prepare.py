@@ -38,6 +38,35 @@ class Prepared:
     #: the experiment with its task decided (a table's target column decides an unset one)
     exp: Experiment | None = None
     notes: tuple[str, ...] = field(default=())
+    #: the image scan of data that stream (``automl.data.ImageScan``); None in memory
+    scan: Any = None
+
+    def ready(self, exp: Experiment, console: Console | None = None) -> dict:
+        """Once Ray is up: what the data path needs before any trial reads. In memory,
+        nothing; streaming, the Parquet cache built by Ray Data tasks, or found and reused
+        (``automl.data.build_cache``). Returns the ``data`` section's path entries
+        (``path``: ``in_memory`` or ``streaming``, with the cache's location, size and
+        whether it was reused) and prints them in one line.
+
+        Raises:
+            DataError: an image cannot be decoded or has another size (named).
+        """
+        if self.scan is None:
+            return {"path": "in_memory"}
+        from automl.data import build_cache, cache_root
+
+        note = None if console is None else (
+            lambda line: console.print(line, highlight=False, markup=False))
+        info = build_cache(self.scan, cache_root(exp), exp.data.seed, note).to_dict()
+        if console is not None:
+            how = ("reused" if info["cache_reused"]
+                   else f"built in {info['cache_build_s']:.0f}s")
+            size = info["cache_bytes"]
+            size = f"{size / 2**20:.0f} MiB" if size >= 2**20 else f"{size / 2**10:.0f} KiB"
+            console.print(f"data   streaming from {info['cache']} "
+                          f"({size} in {info['cache_files']} "
+                          f"Parquet files, {how})", highlight=False, markup=False)
+        return info
 
     def line(self) -> str:
         """The data line a run prints: rows, input shape, classes (regression: the
@@ -94,7 +123,8 @@ def prepare(exp: Experiment, console: Console | None = None) -> Prepared:
             section, or it builds no ``nn.Module`` with the data's shape
             (``automl.models.user.resolve`` and ``probe``).
     """
-    from automl.data import fit_transform, load_dataset, split_dataset
+    from automl.data import (cache_root, fit_transform, load_dataset, scan_images,
+                             split_dataset, streamed_dataset, wants_streaming)
     from automl.selection import make_folds
 
     if exp.user_code():  # a wrong import path fails before the data are read
@@ -104,7 +134,12 @@ def prepare(exp: Experiment, console: Console | None = None) -> Prepared:
         if metric_mode(exp) and exp.search.mode is None:  # the user metric's direction
             exp = exp.model_copy(update={"search": exp.search.model_copy(
                 update={"mode": metric_mode(exp)})})
-    dataset = load_dataset(exp.data, exp.task)
+    scan = None
+    if wants_streaming(exp.data, store_bytes(exp)):  # read from a cache, never held whole
+        scan = scan_images(exp.data, exp.task)
+        dataset = streamed_dataset(scan, cache_root(exp))
+    else:
+        dataset = load_dataset(exp.data, exp.task)
     exp = exp.with_task(dataset.task)  # a table's target decided an unset task
     check_kind(exp, dataset)
     splits = split_dataset(dataset, exp.data)  # MNIST-1D keeps the paper's own test split
@@ -121,8 +156,9 @@ def prepare(exp: Experiment, console: Console | None = None) -> Prepared:
         from automl.models.user import probe
 
         notes = probe(exp, tuple(X_tr.shape[1:]), dataset.output_size)
+    info["path"] = "streaming" if scan is not None else "in_memory"
     prepared = Prepared(dataset, splits, info, (X_tr, y_tr, X_val, y_val), exp=exp,
-                        notes=tuple(notes))
+                        notes=tuple(notes), scan=scan)
     if console is not None:
         if line := prepared.task_line():
             console.print(line, highlight=False, markup=False)
@@ -130,6 +166,17 @@ def prepare(exp: Experiment, console: Console | None = None) -> Prepared:
         for note in notes:
             console.print(f"model  {note}", highlight=False, markup=False)
     return prepared
+
+
+def store_bytes(exp: Experiment) -> float:
+    """Ray's object store in bytes, as ``streaming: auto`` weighs it: ``resources.
+    object_store_mb``, else Ray's default for a local instance (30% of this machine's
+    memory)."""
+    if exp.resources.object_store_mb:
+        return exp.resources.object_store_mb * 2**20
+    import psutil
+
+    return 0.3 * psutil.virtual_memory().total
 
 
 def check_kind(exp: Experiment, dataset) -> None:

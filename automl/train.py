@@ -1,6 +1,7 @@
 """The training loop every trial, fold and fine-tuning step runs.
 
-Straight-line PyTorch: shuffled minibatches from in-memory tensors, one optimizer
+Straight-line PyTorch: shuffled minibatches from in-memory tensors, or streamed through
+Ray Data from a Parquet cache (:func:`row_batches`, the one place that knows), one optimizer
 step per batch, a per-step cosine learning-rate schedule, evaluation once per
 epoch. Checkpoints are self-describing dicts (weights plus the config that built
 the model) that load with ``torch.load(weights_only=True)``.
@@ -95,6 +96,36 @@ def batches(n: int, batch_size: int, seed: int, shard: Shard = Shard()) -> Itera
         yield perm[start : start + batch_size]
 
 
+def row_batches(X, y: torch.Tensor, batch_size: int, seed: int | None,
+                shard: Shard = Shard()) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Training batches ``(x (B, ...), y (B,))`` of rows ``X`` / ``y`` on ``shard.device``:
+    in-memory tensors through :func:`batches` (``seed`` None: in order, unsharded), or rows
+    that stream (:class:`automl.data.CachedImages`, whose own targets come with them)
+    through Ray Data, sharded and shuffled the same way. The one place the training loop
+    meets the data path."""
+    from automl.data import is_stream
+
+    if is_stream(X):
+        for xb, yb in X.batches(batch_size, seed, shard.rank, shard.world):
+            yield xb.to(shard.device), yb.to(shard.device)
+        return
+    if seed is None:
+        for start in range(0, len(y), batch_size):
+            yield X[start:start + batch_size], y[start:start + batch_size]
+        return
+    for idx in batches(len(y), batch_size, seed, shard):
+        idx = idx.to(X.device)
+        yield X[idx], y[idx]
+
+
+def example_input(X, n: int = 1) -> torch.Tensor:
+    """The first ``n`` rows of ``X`` as a tensor (a zero batch of that shape for rows that
+    stream): what cost measurements run the model on."""
+    from automl.data import is_stream
+
+    return X.example(n) if is_stream(X) else X[:n]
+
+
 class TrialDiverged(RuntimeError):
     """Training diverged: non-finite loss, loss above ``max_loss_ratio`` times its first
     epoch's, or a gradient norm above ``max_grad_norm``. The message reads
@@ -125,6 +156,8 @@ class EpochStats:
     nonfinite: bool = False
     grad_norm: float = 0.0  # largest total gradient norm seen (L2 over all parameters)
     first_batch_loss: float = 0.0  # loss of the epoch's first batch, before its update
+    first_batch_s: float = 0.0  # seconds until the epoch's first batch arrived
+    data_wait_s: float = 0.0  # seconds the loop waited for batches (all of them)
 
 
 def train_epoch(
@@ -144,8 +177,13 @@ def train_epoch(
     model.train()
     stats = EpochStats()
     amp = _autocast(shard)
-    for idx in batches(len(y), batch_size, seed, shard):
-        xb, yb = X[idx], y[idx]  # (B, ...), (B,)
+    stream = row_batches(X, y, batch_size, seed, shard)
+    t_wait = time.perf_counter()
+    for xb, yb in stream:  # (B, ...), (B,)
+        waited = time.perf_counter() - t_wait
+        if stats.count == 0:
+            stats.first_batch_s = waited
+        stats.data_wait_s += waited
         if augment is not None:
             with torch.no_grad():
                 xb = augment(xb)  # (B, C, H, W), same shape
@@ -177,6 +215,7 @@ def train_epoch(
             stats.nonfinite = True
             if shard.world == 1:
                 break
+        t_wait = time.perf_counter()
     return stats
 
 
@@ -216,15 +255,16 @@ def recompute_batchnorm(model: nn.Module, X: torch.Tensor, batch_size: int, seed
         m.reset_running_stats()
         m.momentum = None  # a cumulative average over the batches below
         m.train()
-    order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed))
+    device = next(inner.parameters()).device
+    targets = torch.zeros(len(X))  # unused: the batches' inputs only
     try:
         with torch.no_grad():
-            for k, start in enumerate(range(0, len(X), batch_size)):
-                idx = order[start:start + batch_size]
+            for k, (xb, _) in enumerate(row_batches(X, targets, batch_size, seed,
+                                                    Shard(device=str(device)))):
                 if k == max_batches:
                     break
-                if len(idx) > 1:  # a batch of one has no variance to estimate
-                    inner(X[idx.to(X.device)])
+                if len(xb) > 1:  # a batch of one has no variance to estimate
+                    inner(xb)
     finally:
         for m, momentum in zip(norms, momenta, strict=True):
             m.momentum = momentum
@@ -245,7 +285,7 @@ def _agree(stats: EpochStats, shard: Shard) -> EpochStats:
     g = torch.tensor([stats.grad_norm], dtype=torch.float64, device=shard.device)
     dist.all_reduce(g, op=dist.ReduceOp.MAX)
     return EpochStats(float(t[0]), int(t[1]), bool(t[2] > 0), float(g[0]),
-                      float(t[3]) / shard.world)
+                      float(t[3]) / shard.world, stats.first_batch_s, stats.data_wait_s)
 
 
 def check_divergence(epoch: int, loss: float, first: float | None, stats: EpochStats,
@@ -273,6 +313,11 @@ def predict(model: nn.Module, X: torch.Tensor, batch_size: int = 1024) -> torch.
     """Outputs for ``X`` ``(N, ...)``, in eval mode: logits ``(N, num_classes)``, or
     ``(N, 1)`` values for regression."""
     model.eval()
+    from automl.data import is_stream
+
+    if is_stream(X):  # streamed through Ray Data, returned in X's row order
+        device = next(model.parameters()).device
+        return X.outputs(lambda xb: model(xb.to(device)), batch_size)
     return torch.cat([model(X[i : i + batch_size]) for i in range(0, len(X), batch_size)])
 
 
@@ -290,13 +335,16 @@ def evaluate(
     The slices are padded to one length (a sharded model's every forward pass is a
     collective, so every rank runs as many), the padding's outputs dropped.
     """
+    from automl.data import is_stream
+
     if shard.world > 1:
         import torch.distributed as dist
 
         part = np.array_split(np.arange(len(y)), shard.world)[shard.rank]
         size = -(-len(y) // shard.world)  # the longest slice
         padded = np.concatenate([part, np.zeros(size - len(part), dtype=part.dtype)])
-        logits = predict(model, X[torch.from_numpy(padded).to(X.device)]).float().cpu()
+        rows = torch.from_numpy(padded)
+        logits = predict(model, X[rows if is_stream(X) else rows.to(X.device)]).float().cpu()
         logits = logits[:len(part)]
         mine = (logits.numpy(), y[part].cpu().numpy())
         gathered: list = [None] * shard.world
@@ -314,8 +362,12 @@ def evaluate(
 def to_tensors(X: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """Copy numpy arrays (possibly read-only, from Ray's object store) into tensors: X
     float32; y int64 class indices, or float32 values (a regression target)."""
+    from automl.data import is_stream
+
     y = np.asarray(y)
     dtype = torch.long if np.issubdtype(y.dtype, np.integer) else torch.float32
+    if is_stream(X):  # rows that stream stay where they are (read batch by batch)
+        return X, torch.tensor(y, dtype=dtype)
     return torch.tensor(np.asarray(X), dtype=torch.float32), torch.tensor(y, dtype=dtype)
 
 
@@ -429,7 +481,9 @@ def fit(
     PyTorch keeps them (what a trial stopped at a rung reported).
 
     After each epoch, ``on_epoch(state, metrics)`` is called with ``epoch``,
-    ``train_loss``, ``train_time_s`` (seconds in the training step) and, when
+    ``train_loss``, ``train_time_s`` (seconds in the training step), ``first_batch_s``
+    (seconds until its first batch arrived) and ``data_wait_s`` (seconds waiting for
+    batches in all) and, when
     ``val`` is given, ``val_loss``, ``val_accuracy``, ``val_f1`` and ``eval_time_s``
     (seconds scoring the validation split).
     ``state.cfg.augment`` augments training batches only. ``shard`` places this
@@ -473,7 +527,8 @@ def fit(
             recompute_batchnorm(state.model, train[0], cfg.batch_size,
                                 cfg.seed * 100_003 + epoch + 1)
         metrics = {"epoch": epoch + 1, "train_loss": train_loss,
-                   "train_time_s": time.perf_counter() - t0}
+                   "train_time_s": time.perf_counter() - t0,
+                   "first_batch_s": stats.first_batch_s, "data_wait_s": stats.data_wait_s}
         if val is not None:
             t1 = time.perf_counter()
             if is_sharded(state.model):  # every rank scores with rank 0's BN statistics

@@ -13,6 +13,7 @@ from automl.cluster._admission import (
     admit_bundles,
     admit_data_parallel,
     admit_trials,
+    keep_cpus,
     trial_bundles,
 )
 from automl.cluster._autoscale import Autoscaling, NodeType, capacity, detect, drop_undeclared
@@ -31,7 +32,7 @@ from automl.cluster._token import TOKEN_FIX, token_available, use_cluster_token
 __all__ = [
     "DRIVER", "TOKEN_FIX", "TRAIN_ENV", "Admission", "Autoscaling", "NodeType", "RayHandle", "admit",
     "admit_data_parallel",
-    "admit_bundles", "admit_trials", "capacity", "connect", "detect", "drop_undeclared",
+    "admit_bundles", "admit_trials", "keep_cpus", "capacity", "connect", "detect", "drop_undeclared",
     "forget_instance", "free_port", "is_loopback", "port_free", "record_instance", "shutdown",
     "stop_leftover", "token_available", "trial_bundles", "use_cluster_token",
 ]

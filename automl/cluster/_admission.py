@@ -41,7 +41,12 @@ def _alive_nodes() -> list[dict[str, float]]:
     from automl.cluster._autoscale import capacity, detect
 
     alive = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
-    return capacity(alive, detect())
+    nodes = capacity(alive, detect())
+    if _KEPT["CPU"] and nodes:
+        largest = max(nodes, key=lambda n: n.get("CPU", 0.0))
+        largest["CPU"] = max(min(1.0, largest.get("CPU", 0.0)),
+                             largest.get("CPU", 0.0) - _KEPT["CPU"])
+    return nodes
 
 
 def _place(free: list[dict[str, float]], bundles: list[dict[str, float]]) -> bool:
@@ -136,6 +141,18 @@ def trial_bundles(resources) -> list[dict[str, float]]:
 def admit_trials(resources, nodes: list[dict] | None = None) -> Admission:
     """Admission for the search's trials as a ``ResourcesSpec`` describes them."""
     return admit_bundles(trial_bundles(resources), resources.concurrent_trials, nodes)
+
+
+#: CPUs of the largest node that admission keeps free of trials, folds and refits
+_KEPT = {"CPU": 0.0}
+
+
+def keep_cpus(cpus: float) -> None:
+    """Keep ``cpus`` CPUs of the largest node free of every task this driver admits from
+    now on (trials, CV folds, the refit): streaming data's Ray Data tasks need them, and
+    tasks holding every CPU would starve them (ray#29662, ray#24304, ray#41603). A node
+    keeps at least 1 CPU for tasks. ``keep_cpus(0)`` ends it."""
+    _KEPT["CPU"] = float(cpus)
 
 
 #: the fix for a cluster without the State API that data-parallel trials need

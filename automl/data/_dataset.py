@@ -109,7 +109,9 @@ class Dataset:
     def checksum(self) -> str:
         """sha256 over the feature and label bytes (hex); changes when any value does."""
         h = hashlib.sha256()
-        if self.X is not None:
+        if hasattr(self.X, "checksum_bytes"):  # rows that stream: the cache's content key
+            h.update(self.X.checksum_bytes())
+        elif self.X is not None:
             h.update(np.ascontiguousarray(self.X).tobytes())
         else:
             import pandas as pd
@@ -172,4 +174,5 @@ def drop_duplicates(data: Dataset) -> Dataset:
         dup = np.ones(len(data.y), dtype=bool)
         dup[first] = False
     keep = np.flatnonzero(~dup)
-    return data.subset(keep, duplicate_rows=int(dup.sum()))
+    return data.subset(keep, duplicate_rows=int(dup.sum())
+                       + int(data.cleaning.get("duplicate_rows", 0)))

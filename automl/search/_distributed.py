@@ -68,7 +68,8 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
     from automl.parallel import wrap
     from automl.search._checkpoints import TrialCheckpoints
     from automl.space import TrialConfig
-    from automl.train import Shard, TrainState, fit, set_threads, to_tensors, unwrap
+    from automl.train import (Shard, TrainState, example_input, fit, set_threads, to_tensors,
+                              unwrap)
 
     exp: Experiment = loop_config["exp"]
     res = exp.resources
@@ -110,7 +111,8 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
         else:
             from automl.models.cost import model_costs
 
-            info.update(model_costs(unwrap(state.model), train[0][:1], threads=threads))
+            info.update(model_costs(unwrap(state.model), example_input(train[0]),
+                                          threads=threads))
     laps("costs")
     setup_s = sum(laps.laps.values())
     start = {"start_trial_s": loop_config["t_imported"] - loop_config["t_trial"],

@@ -19,7 +19,8 @@ from automl.search._checkpoints import TrialCheckpoints
 from automl.search._trial import TRIAL_KEY, DataRef, TrialData, checkpoint_epochs, guard_of
 from automl.space import TrialConfig
 from automl.spec import COST_METRICS, Experiment
-from automl.train import Shard, TrainState, TrialDiverged, fit, set_threads, to_tensors
+from automl.train import (Shard, TrainState, TrialDiverged, example_input, fit, set_threads,
+                          to_tensors)
 
 COST_KEYS = tuple(COST_METRICS)
 __all__ = ["DataRef", "TrialData", "checkpoint_epochs", "guard_of", "run_trial"]
@@ -71,7 +72,7 @@ def run_trial(config: dict, *, data: DataRef, exp: Experiment, storage: str) -> 
         state.restore(resumed)
     saved = resumed["metrics"] if resumed is not None else {}  # measured before the kill
     costs = ({k: saved[k] for k in COST_KEYS if k in saved} if "latency_ms" in saved
-             else model_costs(state.model, train[0][:1], threads=threads))
+             else model_costs(state.model, example_input(train[0]), threads=threads))
     setup_s = time.perf_counter() - t_start
     keep = checkpoint_epochs(exp, cfg.epochs)
     if resumed is not None:  # where the trial stands, judged again (the same answer)

@@ -160,6 +160,14 @@ class DataSpec(_Strict):
     dedupe: bool = True
     impute: ImputeSpec = ImputeSpec()
     augment: AugmentSpec = AugmentSpec()
+    #: stream the rows through Ray Data from a Parquet cache preprocessed once, instead of
+    #: holding them in memory: ``auto`` streams when the decoded float32 training rows would
+    #: take more than a quarter of Ray's object store; ``true`` always (an ``image_folder``,
+    #: or a ``parquet`` table of images with ``kind: image``); ``false`` never
+    streaming: Literal["auto"] | bool = "auto"
+    #: the column of a ``parquet`` table of images (``kind: image``) holding each encoded
+    #: image (PNG, JPEG...: binary, or a struct with a ``bytes`` field as Hugging Face writes)
+    image_column: str = "image"
 
     @field_validator("source")
     @classmethod
@@ -185,7 +193,7 @@ class DataSpec(_Strict):
         if self.source in SIGNAL_DATASETS and self.test_size != 0.2:
             raise ValueError(f"data.test_size: source '{self.source}' keeps the paper's own "
                              "test split (1,000 of 5,000 rows, 0.2); remove data.test_size")
-        if self.kind is not None and self.source != "npz":
+        if self.kind is not None and self.source not in ("npz", "parquet"):
             own = self.data_kind
             if own != self.kind:
                 raise ValueError(f"data.kind: source '{self.source}' is {own} data, not "
@@ -197,15 +205,30 @@ class DataSpec(_Strict):
         if self.source not in ("csv", "parquet", "npz") and self.target:
             raise ValueError(f"data.target: source '{self.source}' has no target column; "
                              "remove data.target")
-        if self.image_size is not None and self.source != "image_folder":
-            raise ValueError("data.image_size: only an image_folder is resized; remove it")
+        if self.image_size is not None and not self.image_files:
+            raise ValueError("data.image_size: only an image_folder or a parquet table of "
+                             "images (kind: image) is resized; remove it")
+        if self.kind == "signal" and self.source == "parquet":
+            raise ValueError("data.kind: a parquet table holds tabular rows or encoded images "
+                             "(kind: image), not signals; use an npz for 1D signals")
+        if self.streaming is True and not self.image_files:
+            raise ValueError(f"data.streaming: source '{self.source}' is held in memory; "
+                             "streaming reads an image_folder or a parquet table of images "
+                             "(kind: image); set streaming: auto or false")
         return self
+
+    @property
+    def image_files(self) -> bool:
+        """True for sources of encoded image files: an ``image_folder``, or a ``parquet``
+        table of images (``kind: image``); the ones that can stream."""
+        return self.source == "image_folder" or (self.source == "parquet"
+                                                 and self.kind == "image")
 
     @property
     def data_kind(self) -> str | None:
         """``"image"``, ``"tabular"`` or ``"signal"``; None when the file decides (an npz
         without ``kind``)."""
-        if self.source == "npz":
+        if self.source == "npz" or (self.source == "parquet" and self.kind):
             return self.kind
         if self.source in IMAGE_DATASETS or self.source == "image_folder":
             return "image"

@@ -1,0 +1,641 @@
+"""Images that stream through Ray Data instead of being held in memory (``data.streaming``).
+
+Three steps, one place:
+
+1. :func:`scan_images` (the driver, before Ray starts, bounded memory): list an
+   ``image_folder`` or a Parquet table of encoded images (one file or a folder of shards),
+   read the labels and a digest of every encoded image, drop unlabelled rows and exact
+   duplicates (same image bytes and label; the in-memory path compares decoded pixels),
+   and decode one image for the shape. The rows kept, in source order, are the rows the
+   in-memory path keeps, so :func:`automl.data.split_dataset` and the folds draw the same
+   row indices on both paths.
+2. :func:`build_cache` (Ray Data tasks, once per data set and preprocessing): decode,
+   convert and resize every kept image, shuffle the rows once (seeded), and write a sharded
+   Parquet cache (``row``: the source row id, ``x``: uint8 ``(C, H, W)``, ``y``: the
+   target) under a folder named by a content hash of the kept images' digests, their
+   labels and the preprocessing. A later run whose data did not change reuses it (Ray's
+   advice to preprocess once; a per-trial pipeline re-runs it, ray#28171).
+3. :class:`CachedImages` (each trial, CV fold and refit): an array-like of rows of the
+   cache, indexed like ``X[idx]`` without reading anything, that streams its rows with
+   ``ray.data.read_parquet(...).iter_batches`` (rows shuffled once in the cache, then by a
+   local shuffle buffer seeded per epoch; one stream per trial, ray#32586) under per-trial
+   Ray Data limits.
+
+Source: Ray Data's ``read_parquet`` / ``iter_batches``; Ludwig's Parquet cache for the
+same reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from automl.errors import DataError
+
+#: ``streaming: auto`` streams when the decoded float32 training rows would take more than
+#: this share of Ray's object store (the rest is the trials', Ray Data's and spilling's)
+STREAM_SHARE = 0.25
+#: the cache's layout version (part of its content hash)
+CACHE_FORMAT = "automl.image-cache/1"
+#: the file a finished cache holds (a folder without it is an interrupted build)
+CACHE_META = "_automl_cache.json"
+#: rows of a local shuffle buffer (Ray Data's ``local_shuffle_buffer_size``), at most
+SHUFFLE_ROWS = 4096
+_GRAY = {"1", "L", "LA", "I", "I;16", "F"}
+
+
+@dataclass(frozen=True, eq=False)
+class ImageScan:
+    """What the driver learned from an image source without decoding it.
+
+    Attributes:
+        source: ``parquet`` or ``image_folder``; root: the file or folder.
+        chunks: the units the cache build decodes, one Ray Data row each:
+            ``{"file", "row_group", "first"}`` for Parquet, ``{"paths", "first"}`` for a
+            folder (``first``: the source row id of its first image).
+        n_source: images in the source; kept: int64 ``(N,)`` source row ids kept (ascending).
+        y: the kept rows' targets ``(N,)``; classes, task, task_reason: as
+            :class:`automl.data.Dataset`'s.
+        mode: ``L`` (grayscale) or ``RGB``; shape: one decoded image ``(C, H, W)``.
+        image_size: resize side (None: every image must have ``shape``'s size).
+        image_column: the Parquet column of encoded images.
+        key: the content hash naming the cache; cleaning: rows dropped (counts).
+    """
+
+    source: str
+    root: str
+    chunks: list[dict]
+    n_source: int
+    kept: np.ndarray
+    y: np.ndarray
+    classes: tuple[str, ...]
+    task: str
+    task_reason: str | None
+    mode: str
+    shape: tuple[int, int, int]
+    image_size: int | None
+    image_column: str
+    key: str
+    cleaning: dict = field(default_factory=dict)
+
+    def decoded_bytes(self, rows: int | None = None) -> int:
+        """Bytes of ``rows`` (default all kept) decoded images as float32."""
+        n = len(self.kept) if rows is None else rows
+        return int(n * int(np.prod(self.shape)) * 4)
+
+
+def decode_image(blob: bytes, mode: str, image_size: int | None,
+                 size: tuple[int, int] | None, where: str) -> np.ndarray:
+    """One encoded image as uint8 ``(C, H, W)``: converted to ``mode`` (``L`` or ``RGB``),
+    resized to ``image_size`` (bilinear, as the in-memory image folder loader does) or
+    checked to be ``size`` (width, height).
+
+    Raises:
+        DataError: PIL cannot read it, or its size differs without ``image_size``.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(blob)) as im:
+            im = im.convert(mode)
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        raise DataError(f"cannot read image: {e}", where=where,
+                        fix="remove or replace it") from None
+    if image_size is not None:
+        im = im.resize((image_size, image_size), Image.Resampling.BILINEAR)
+    elif size is not None and im.size != size:
+        raise DataError(f"is {im.size[0]}x{im.size[1]} but the first image is "
+                        f"{size[0]}x{size[1]}", where=where,
+                        fix="set data.image_size to resize every image")
+    a = np.asarray(im, dtype=np.uint8)
+    return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
+
+
+# --------------------------------------------------------------------------- scan
+def _parquet_files(root: Path) -> list[Path]:
+    files = sorted(root.rglob("*.parquet")) if root.is_dir() else [root]
+    if not files:
+        raise DataError("folder holds no .parquet files", where=str(root),
+                        fix="point data.path at a Parquet file or a folder of shards")
+    return files
+
+
+def _blob_of(value: Any) -> bytes | None:
+    """An image cell: bytes, or a struct ``{"bytes": ...}`` (Hugging Face's image type)."""
+    if isinstance(value, dict):
+        value = value.get("bytes")
+    return value if isinstance(value, (bytes, bytearray)) else None
+
+
+def _scan_parquet(root: Path, target: str, column: str):
+    import pyarrow.parquet as pq
+
+    chunks, labels, digests, first_blob, n = [], [], [], None, 0
+    for f in _parquet_files(root):
+        try:
+            pf = pq.ParquetFile(f)
+        except Exception as e:  # pyarrow raises several types for a bad file
+            raise DataError(f"not a readable Parquet file: {str(e).splitlines()[0]}",
+                            where=str(f)) from None
+        names = pf.schema_arrow.names
+        for col, key in ((column, "data.image_column"), (target, "data.target")):
+            if col not in names:
+                raise DataError(f"has no column '{col}' ({key}); columns: "
+                                f"{', '.join(names[:8])}", where=str(f),
+                                fix=f"set {key} to the column that holds it")
+        for rg in range(pf.num_row_groups):
+            chunks.append({"file": str(f), "row_group": rg, "first": n})
+            table = pf.read_row_group(rg, columns=[column, target])
+            labels.extend(table.column(target).to_pylist())
+            for cell in table.column(column).to_pylist():
+                blob = _blob_of(cell)
+                if first_blob is None and blob is not None:
+                    first_blob = (blob, f"{f} row {n}")
+                digests.append(hashlib.blake2b(blob, digest_size=16).digest()
+                               if blob is not None else b"\0" * 16)
+                n += 1
+    return chunks, labels, digests, first_blob, {}
+
+
+def _scan_folder(root: Path):
+    from automl.data._files import IMAGE_EXTENSIONS
+
+    if not root.is_dir():
+        raise DataError("an image_folder source must be a folder", where=str(root))
+    class_dirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    if len(class_dirs) < 2:
+        raise DataError(f"needs one subfolder per class (at least 2); found {len(class_dirs)}",
+                        where=str(root))
+    paths, labels, skipped = [], [], 0
+    for d in class_dirs:
+        files = sorted(f for f in d.iterdir() if f.is_file() and not f.name.startswith("."))
+        kept = [f for f in files if f.suffix.lower() in IMAGE_EXTENSIONS]
+        skipped += len(files) - len(kept)
+        if not kept:
+            raise DataError("class folder holds no images", where=str(d),
+                            fix="add images (.png, .jpg, .bmp, .tif and others) or remove "
+                                "the folder")
+        paths.extend(str(f) for f in kept)
+        labels.extend([d.name] * len(kept))
+    digests = [hashlib.blake2b(Path(p).read_bytes(), digest_size=16).digest() for p in paths]
+    chunks = [{"paths": paths[i:i + 512], "first": i} for i in range(0, len(paths), 512)]
+    first = (Path(paths[0]).read_bytes(), paths[0])
+    cleaning = {"non_image_files": skipped} if skipped else {}
+    return chunks, labels, digests, first, cleaning
+
+
+def scan_images(spec, task: str | None = None) -> ImageScan:
+    """Scan ``spec`` (a ``DataSpec`` of an image folder or a Parquet table of images,
+    ``spec.image_files``) without decoding more than its first image.
+
+    Every image file is read once (to hash it: blake2b); memory holds the labels and 16
+    bytes per image. Targets are encoded as the in-memory loaders do (an image folder's
+    classes are its sorted subfolder names; a table's whole-number or text labels are
+    classes). Grayscale when the first image is, else RGB (the in-memory loader looks at
+    every image).
+
+    Raises:
+        DataError: a missing or unreadable source, a missing column, no labelled rows, or a
+            first image PIL cannot read.
+    """
+    from automl.data._files import data_path, encode_target
+
+    root = data_path(spec)
+    if spec.source == "image_folder":
+        chunks, labels, digests, first, cleaning = _scan_folder(root)
+        task = task or "classification"
+    else:
+        chunks, labels, digests, first, cleaning = _scan_parquet(root, spec.target,
+                                                                 spec.image_column)
+    import pandas as pd
+
+    values = pd.Series(labels, dtype=object)
+    labelled = values.notna().to_numpy() & np.array([d != b"\0" * 16 for d in digests], bool)
+    if not labelled.any():
+        raise DataError("has no labelled images", where=str(root))
+    y, classes, task, reason = encode_target(values[labelled].reset_index(drop=True), task,
+                                             str(root), spec.target or "class folder", None)
+    if spec.source == "image_folder":  # the folder names, in their sorted order
+        classes = tuple(sorted(set(labels)))
+        y = np.searchsorted(np.asarray(classes), values[labelled].to_numpy(str)).astype(np.int64)
+    rows = np.flatnonzero(labelled)
+    dup = np.zeros(len(rows), bool)
+    if getattr(spec, "dedupe", True):
+        seen: set = set()
+        for i, r in enumerate(rows):
+            k = (digests[r], y[i].item())
+            dup[i] = k in seen
+            seen.add(k)
+    kept, y = rows[~dup], y[~dup]
+    cleaning = {**cleaning, "missing_target_rows": int((~labelled).sum()),
+                "duplicate_rows": int(dup.sum())}
+    if first is None:
+        raise DataError("holds no images", where=str(root))
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(first[0])) as im:
+            mode = "L" if im.mode in _GRAY else "RGB"
+    except Exception as e:  # noqa: BLE001 - PIL raises several types
+        raise DataError(f"cannot read image: {e}", where=first[1]) from None
+    arr = decode_image(first[0], mode, spec.image_size, None, first[1])
+    shape = tuple(int(d) for d in arr.shape)
+    h = hashlib.sha256(json.dumps([CACHE_FORMAT, mode, shape, spec.image_size]).encode())
+    for r in kept:
+        h.update(digests[r])
+    h.update(np.ascontiguousarray(y).tobytes())
+    return ImageScan(spec.source, str(root), chunks, len(digests), kept.astype(np.int64), y,
+                     tuple(classes), task, reason, mode, shape, spec.image_size,
+                     spec.image_column, h.hexdigest()[:24], cleaning)
+
+
+def decode_all(scan: ImageScan) -> np.ndarray:
+    """Every kept image decoded in this process: float32 ``(N, C, H, W)`` in [0, 1] (the
+    in-memory path; the same pixels the cache holds)."""
+    out = np.empty((len(scan.kept), *scan.shape), np.float32)
+    for rows, x, _ in _decode_chunks(scan.chunks, scan, None):
+        pos = np.searchsorted(scan.kept, rows)
+        out[pos] = x.astype(np.float32) / 255.0
+    return out
+
+
+def _decode_chunks(chunks: list[dict], scan: ImageScan, keep: np.ndarray | None
+                   ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``(source rows, uint8 (B, C, H, W), row indices into scan.kept)`` of each chunk's
+    kept images."""
+    kept = scan.kept if keep is None else keep
+    size = (scan.shape[2], scan.shape[1])
+    for ch in chunks:
+        if "paths" in ch:
+            blobs = [(Path(p).read_bytes(), p) for p in ch["paths"]]
+        else:
+            import pyarrow.parquet as pq
+
+            cells = pq.ParquetFile(ch["file"]).read_row_group(
+                ch["row_group"], columns=[scan.image_column]).column(0).to_pylist()
+            blobs = [(_blob_of(c), f"{ch['file']} row {ch['first'] + i}")
+                     for i, c in enumerate(cells)]
+        ids = np.arange(ch["first"], ch["first"] + len(blobs))
+        pos = np.searchsorted(kept, ids)
+        mine = (pos < len(kept)) & (kept[np.minimum(pos, len(kept) - 1)] == ids)
+        if not mine.any():
+            continue
+        x = np.stack([decode_image(blobs[i][0], scan.mode, scan.image_size, size, blobs[i][1])
+                      for i in np.flatnonzero(mine)])
+        yield ids[mine], x, pos[mine]
+
+
+# --------------------------------------------------------------------------- the cache
+@dataclass(frozen=True)
+class CacheInfo:
+    """Where a data set's Parquet cache is, how big, whether this run built it."""
+
+    path: str
+    rows: int
+    bytes: int
+    files: int
+    reused: bool
+    build_s: float
+
+    def to_dict(self) -> dict:
+        return {"path": "streaming", "cache": self.path, "cache_rows": self.rows,
+                "cache_bytes": self.bytes, "cache_files": self.files,
+                "cache_reused": self.reused, "cache_build_s": round(self.build_s, 2)}
+
+
+def cache_root(exp) -> str:
+    """Where caches live: ``<output.storage_uri>/data_cache`` on a cluster (every node reads
+    it), else ``<output.dir>/data_cache`` beside the runs (a nightly run reuses it)."""
+    base = exp.output.storage_uri or str(Path(exp.output.dir).expanduser().resolve())
+    return base.rstrip("/") + "/data_cache"
+
+
+def _fs(path: str):
+    import pyarrow.fs as pafs
+
+    fs, inner = pafs.FileSystem.from_uri(path if "://" in path else Path(path).resolve()
+                                         .as_uri())
+    return fs, inner
+
+
+def _cache_stats(path: str) -> tuple[int, int]:
+    import pyarrow.fs as pafs
+
+    fs, inner = _fs(path)
+    infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True))
+    files = [i for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet")]
+    return len(files), int(sum(i.size for i in files))
+
+
+def _decode_batch(batch: dict, scan: ImageScan) -> dict:
+    """Ray Data ``map_batches`` function: decode the chunks of ``batch`` (one per call)."""
+    chunks = [json.loads(c) for c in batch["chunk"]]
+    rows, xs, ys = [], [], []
+    for r, x, pos in _decode_chunks(chunks, scan, None):
+        rows.append(r)
+        xs.append(x)
+        ys.append(scan.y[pos])
+    if not rows:
+        return {"row": np.zeros(0, np.int64), "x": np.zeros((0, *scan.shape), np.uint8),
+                "y": np.zeros(0, scan.y.dtype)}
+    return {"row": np.concatenate(rows), "x": np.concatenate(xs), "y": np.concatenate(ys)}
+
+
+def build_cache(scan: ImageScan, root: str, seed: int = 0,
+                note: Callable[[str], None] | None = None) -> CacheInfo:
+    """The Parquet cache of ``scan``'s kept rows under ``<root>/<scan.key>``, built by Ray
+    Data tasks (decode in ``map_batches``, one seeded ``random_shuffle``,
+    ``write_parquet``) unless a finished one is there (reused). Needs a connected Ray.
+
+    The build writes to a temporary folder and renames it when done, so a killed build
+    leaves no cache that looks finished.
+
+    Raises:
+        DataError: an image cannot be decoded or has another size (named).
+    """
+    import pyarrow.fs as pafs
+    import ray
+
+    path = f"{root.rstrip('/')}/{scan.key}"
+    fs, inner = _fs(path)
+    t0 = time.perf_counter()
+    meta = fs.get_file_info(f"{inner}/{CACHE_META}")
+    if meta.type == pafs.FileType.File:
+        files, size = _cache_stats(path)
+        return CacheInfo(path, len(scan.kept), size, files, True, time.perf_counter() - t0)
+    if note:
+        note(f"data   building the streaming cache of {len(scan.kept)} images "
+             f"{scan.shape} at {path} (once per data set)")
+    tmp = f"{path}.tmp-{int(time.time() * 1000)}"
+    quiet_ray_data()
+    ds = ray.data.from_items([{"chunk": json.dumps(c)} for c in scan.chunks],
+                             override_num_blocks=max(1, len(scan.chunks)))
+    ds = ds.map_batches(_decode_batch, fn_kwargs={"scan": scan}, batch_size=1,
+                        batch_format="numpy", num_cpus=0.5)
+    ds = ds.random_shuffle(seed=seed)
+    per_file = max(512, len(scan.kept) // 64)
+    try:
+        ds.write_parquet(tmp, min_rows_per_file=per_file, max_rows_per_file=per_file * 2)
+    except Exception as e:  # a DataError raised in a task arrives wrapped
+        cause = e
+        while getattr(cause, "cause", None) is not None:
+            cause = cause.cause
+        if isinstance(cause, DataError):
+            raise DataError(cause.message, where=cause.where, fix=cause.fix) from None
+        text = str(e)
+        if "DataError" in text:
+            line = next((ln for ln in text.splitlines() if "DataError" in ln), text)
+            raise DataError(line.split("DataError:", 1)[-1].strip(),
+                            where=scan.root) from None
+        raise
+    tfs, tinner = _fs(tmp)
+    tfs.move(tinner, inner)
+    files, size = _cache_stats(path)
+    with fs.open_output_stream(f"{inner}/{CACHE_META}") as out:
+        out.write(json.dumps({"format": CACHE_FORMAT, "key": scan.key, "rows": len(scan.kept),
+                              "shape": list(scan.shape), "mode": scan.mode,
+                              "source": scan.root}).encode())
+    return CacheInfo(path, len(scan.kept), size, files, False, time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- streams
+#: this process's lazy datasets of cache rows (:meth:`CachedImages._dataset`)
+_DATASETS: dict = {}
+
+
+def quiet_ray_data() -> None:
+    """No progress bars or per-operator log lines from Ray Data in the job's console or a
+    trial's log (warnings and errors still show)."""
+    import logging
+
+    from ray.data import DataContext  # (configures Ray Data's loggers first)
+
+    for name in ("ray.data", "ray.data._internal", "ray.data.dataset"):
+        logging.getLogger(name).setLevel(logging.ERROR)  # (also its "bars disabled" note)
+    ctx = DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+
+
+@dataclass(frozen=True, eq=False)
+class CachedImages:
+    """Rows of an image cache, as a lazy array: float32 ``(N, C, H, W)`` in [0, 1] that is
+    never held whole. ``X[idx]`` (numpy or torch indices, a slice) selects rows without
+    reading; :meth:`batches` and :meth:`outputs` stream them through Ray Data.
+
+    Attributes:
+        cache: the cache folder (:func:`build_cache`); rows: int64 ``(N,)`` source row ids,
+            in this array's order; image_shape: ``(C, H, W)``.
+        memory_mb: the object-store bytes (MiB) this stream's Ray Data execution may hold.
+        cpus: the CPUs its Ray Data tasks may take at once (outside the trial's own).
+    """
+
+    cache: str
+    rows: np.ndarray
+    image_shape: tuple[int, int, int]
+    key: str = ""
+    memory_mb: float = 256.0
+    cpus: float = 1.0
+
+    ndim = 4
+    dtype = np.float32
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.rows), *self.image_shape)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, idx) -> CachedImages:
+        if hasattr(idx, "cpu"):  # a torch index tensor
+            idx = idx.cpu().numpy()
+        return replace(self, rows=np.atleast_1d(self.rows[idx]))
+
+    def to(self, *_args, **_kw) -> CachedImages:
+        """Batches are made on the CPU and moved by the training loop (like a tensor's
+        ``.to``, for the callers that place their data)."""
+        return self
+
+    def checksum_bytes(self) -> bytes:
+        """What identifies these rows' values: the cache's content key and the row ids."""
+        return self.key.encode() + np.ascontiguousarray(self.rows).tobytes()
+
+    def _dataset(self, rows: np.ndarray):
+        """The lazy Ray Data dataset of ``rows`` of the cache, made once per process and
+        rows (its file listing and metadata are read once; each iteration streams anew)."""
+        import ray.data
+        from ray.data import DataContext, ExecutionResources, TaskPoolStrategy
+
+        wanted = np.unique(rows)
+        key = (self.cache, hashlib.blake2b(wanted.tobytes(), digest_size=16).digest())
+        if key in _DATASETS:
+            return _DATASETS[key]
+        quiet_ray_data()
+        ctx = DataContext.get_current()
+        ctx.execution_options.resource_limits = ExecutionResources(
+            cpu=self.cpus, object_store_memory=self.memory_mb * 2**20)
+        # Ray Data's tasks ask for no CPU of their own, so trials (or CV folds) holding
+        # every CPU cannot starve them (ray#29662, ray#24304, ray#41603); ``cpus`` bounds
+        # how many run at once, the object-store limit how much they hold
+        n = max(1, int(self.cpus * 2))
+        ds = ray.data.read_parquet(self.cache, num_cpus=0, concurrency=n).select_columns(
+            ["row", "x", "y"])
+
+        def select(batch: dict) -> dict:
+            pos = np.searchsorted(wanted, batch["row"])
+            hit = (pos < len(wanted)) & (wanted[np.minimum(pos, len(wanted) - 1)]
+                                         == batch["row"])
+            return {k: v[hit] for k, v in batch.items()}
+
+        ds = ds.map_batches(select, batch_format="numpy", num_cpus=0,
+                            compute=TaskPoolStrategy(size=n))
+        while len(_DATASETS) >= 4:  # a trial's train and validation rows, a fold's two
+            _DATASETS.pop(next(iter(_DATASETS)))
+        _DATASETS[key] = ds
+        return ds
+
+    def batches(self, batch_size: int, seed: int | None = None, rank: int = 0,
+                world: int = 1) -> Iterator[tuple[Any, Any]]:
+        """Training batches ``(x float32 (B, C, H, W), y (B,))`` as torch tensors.
+
+        ``seed`` shuffles (a local buffer of up to :data:`SHUFFLE_ROWS` rows, over a cache
+        whose rows were shuffled once when built); None streams in cache order. With ``world > 1`` this
+        rank streams its share of the rows (as ``DistributedSampler`` deals them, padded)
+        in batches of ``batch_size // world``, and yields exactly as many batches as every
+        other rank (a short stream repeats its first batch), so collectives stay in step.
+        """
+        import torch
+
+        rows = self.rows
+        if world > 1:
+            from torch.utils.data import DistributedSampler
+
+            order = list(DistributedSampler(range(len(rows)), num_replicas=world, rank=rank,
+                                            shuffle=True, seed=seed or 0))
+            rows = rows[np.asarray(order, dtype=np.int64)]
+            batch_size = max(1, batch_size // world)
+        n_batches = -(-len(rows) // batch_size)
+        it = self._dataset(rows).iter_batches(
+            batch_size=batch_size, batch_format="numpy", prefetch_batches=2,
+            local_shuffle_buffer_size=None if seed is None else min(SHUFFLE_ROWS, len(rows)),
+            local_shuffle_seed=None if seed is None else seed % 2**31)
+        first, n = None, 0
+        for b in it:
+            if len(b["row"]) == 0:
+                continue
+            out = (torch.from_numpy(b["x"].astype(np.float32)).div_(255.0),
+                   torch.from_numpy(np.array(b["y"])))
+            first = first or out
+            yield out
+            n += 1
+            if world > 1 and n == n_batches:
+                break
+        while world > 1 and first is not None and n < n_batches:
+            yield first
+            n += 1
+
+    def outputs(self, fn: Callable[[Any], Any], batch_size: int = 1024) -> Any:
+        """``fn(x)`` for every row, stacked in this array's row order (a row listed twice
+        gets its output twice): ``fn`` maps a float32 ``(B, C, H, W)`` batch to ``(B, ...)``.
+        Calls ``fn`` ``ceil(N / batch_size)`` times whatever the duplicates (a sharded
+        model's forward pass is a collective: every rank runs as many)."""
+        import torch
+
+        outs, ids = [], []
+        for b in self._dataset(self.rows).iter_batches(
+                batch_size=batch_size, batch_format="numpy", prefetch_batches=2):
+            if len(b["row"]) == 0:
+                continue
+            x = torch.from_numpy(b["x"].astype(np.float32)).div_(255.0)
+            outs.append(fn(x))
+            ids.append(b["row"])
+        need = -(-len(self.rows) // batch_size)
+        spare = x if outs else torch.zeros((1, *self.image_shape))
+        for _ in range(need - len(outs)):
+            fn(spare)  # the padding's forward passes, outputs dropped
+        got = torch.cat(outs) if outs else torch.zeros(0)
+        seen = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        order = np.argsort(seen, kind="stable")
+        pos = order[np.searchsorted(seen[order], self.rows)]
+        return got[torch.from_numpy(pos)]
+
+    def example(self, n: int = 1):
+        """A zero batch ``(n, C, H, W)`` of this shape (for cost measurements)."""
+        import torch
+
+        return torch.zeros((n, *self.image_shape))
+
+
+def is_stream(X: Any) -> bool:
+    """True for rows that stream (:class:`CachedImages`), False for in-memory arrays."""
+    return isinstance(X, CachedImages)
+
+
+# --------------------------------------------------------------------------- the choice
+def estimate_bytes(spec) -> int:
+    """The decoded float32 size of an image source's rows, from its metadata and first image
+    only (0 when they cannot be read: the loader then says what is wrong)."""
+    from PIL import Image
+
+    try:
+        root = Path(spec.path).expanduser()
+        if spec.source == "image_folder":
+            from automl.data._files import IMAGE_EXTENSIONS
+
+            files = [f for d in root.iterdir() if d.is_dir() for f in d.iterdir()
+                     if f.suffix.lower() in IMAGE_EXTENSIONS]
+            n, first = len(files), files[0].read_bytes()
+        else:
+            import pyarrow.parquet as pq
+
+            shards = _parquet_files(root)
+            n = sum(pq.ParquetFile(f).metadata.num_rows for f in shards)
+            cell = pq.ParquetFile(shards[0]).read_row_group(
+                0, columns=[spec.image_column]).column(0)[0].as_py()
+            first = _blob_of(cell)
+        with Image.open(io.BytesIO(first)) as im:
+            w, h = ((spec.image_size, spec.image_size) if spec.image_size else im.size)
+            c = 1 if im.mode in _GRAY else 3
+        return int(n * c * h * w * 4)
+    except Exception:  # noqa: BLE001 - unreadable here: the loader names the problem
+        return 0
+
+
+def wants_streaming(spec, store_bytes: float) -> bool:
+    """``data.streaming`` decided: ``true``/``false`` as set; ``auto`` streams an image source
+    whose decoded rows (:func:`estimate_bytes`) exceed :data:`STREAM_SHARE` of
+    ``store_bytes`` (Ray's object store)."""
+    if not getattr(spec, "image_files", False) or spec.streaming is False:
+        return False
+    if spec.streaming is True:
+        return True
+    return estimate_bytes(spec) > STREAM_SHARE * store_bytes
+
+
+def streamed_dataset(scan: ImageScan, root: str):
+    """The :class:`automl.data.Dataset` of ``scan``'s kept rows whose ``X`` streams from the
+    cache ``<root>/<scan.key>`` (built later, once Ray is up: :func:`build_cache`)."""
+    from automl.data._dataset import Dataset
+
+    X = CachedImages(f"{root.rstrip('/')}/{scan.key}", scan.kept, scan.shape, key=scan.key)
+    return Dataset(scan.root, X, scan.y, scan.classes, "image", cleaning=dict(scan.cleaning),
+                   task=scan.task, task_reason=scan.task_reason)
+
+
+def load_image_table(spec, task: str | None = None):
+    """A Parquet table of encoded images (``kind: image``) decoded whole, in memory: the
+    same scan, rows and pixels as the streaming cache."""
+    from automl.data._dataset import Dataset
+
+    scan = scan_images(spec, task)
+    return Dataset(scan.root, decode_all(scan), scan.y, scan.classes, "image",
+                   cleaning=dict(scan.cleaning), task=scan.task, task_reason=scan.task_reason)

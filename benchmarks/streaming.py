@@ -1,0 +1,275 @@
+"""Streaming against in-memory data (issue 42): ``python -m benchmarks --only streaming``.
+
+One synthetic set of labelled RGB 32x32 PNG images in Parquet shards
+(:mod:`benchmarks._images`), at 1x and 4x its size, searched by ``automl search`` with 2
+concurrent trials and ``memory_per_worker_mb: 768``: at 1x by both paths (``data.streaming:
+false`` and ``true``), at 4x by streaming, and by the in-memory path only where it fits
+(its driver decodes every image, puts them in the object store, and each trial copies
+them). Every run is its own ``automl search`` process; a sampler reads the resident and
+unique memory (RSS, USS) of the driver and of every Ray worker process twice a second.
+
+Per run it records: peak memory of the driver and of each kind of Ray process (trials,
+CV folds and refit, Ray Data tasks), failed trials and out-of-memory kills, bytes spilled
+(Ray's own log line), the first batch's latency and the ingest throughput (training rows
+per second of training step, same model and epochs on both paths), the cache's build and
+the CV winner. Full: 1x = 50,000 images (614 MB as float32), 4x = 200,000 (2.46 GB);
+quick: 1x = 1,200 images of 16x16.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks._common import Goal, Result, Table
+
+NAME, TITLE = "streaming", "Streaming through Ray Data against in-memory data (issue 42)"
+REPO = Path(__file__).resolve().parent.parent
+
+SPEC = """
+name: {name}
+data: {{source: parquet, kind: image, path: {path}, target: label, streaming: {streaming},
+        seed: 0}}
+model: {{family: mlp, mlp: {{depth: 2, width: 128}}}}
+training: {{optimizer: adam, lr: {{type: float, low: 1e-3, high: 1e-2, log: true}},
+            batch_size: 256, epochs: {epochs}}}
+search: {{seed: 0, num_samples: {trials}, metric: val_accuracy, sampler: random}}
+scheduler: {{type: none}}
+selection: {{top_k: 2, cv_folds: 2, fold_halving: false}}
+compression: {{enabled: false}}
+resources: {{num_cpus: 3, cpus_per_worker: 1, concurrent_trials: 2,
+             memory_per_worker_mb: 768, object_store_mb: {store}}}
+output: {{dir: {out}}}
+tracking: {{backend: none}}
+"""
+
+
+class Sampler:
+    """Peak RSS and USS (bytes) of the driver ``pid`` and of Ray's worker processes, by
+    their process title (``ray::ImplicitFunc`` is a trial, ``ray::fit_predict`` a fold...),
+    sampled every ``every`` seconds on a thread until :meth:`stop`."""
+
+    def __init__(self, pid: int, every: float = 0.5):
+        self.pid, self.every = pid, every
+        self.peaks: dict[str, dict[str, int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _kind(self, p) -> str | None:
+        if p.pid == self.pid:
+            return "driver"
+        try:
+            cmd = " ".join(p.cmdline()[:1])
+        except Exception:  # noqa: BLE001 - gone
+            return None
+        if cmd.startswith("ray::"):
+            title = cmd.split()[0]
+            if title.startswith("ray::IDLE"):
+                return None
+            return title
+        return None
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.wait(self.every):
+            for p in psutil.process_iter():
+                kind = self._kind(p)
+                if kind is None:
+                    continue
+                try:
+                    m = p.memory_full_info()
+                except Exception:  # noqa: BLE001 - gone, or not ours to read
+                    continue
+                peak = self.peaks.setdefault(kind, {"rss": 0, "uss": 0, "processes": set()})
+                peak["rss"] = max(peak["rss"], int(m.rss))
+                peak["uss"] = max(peak["uss"], int(m.uss))
+                peak["processes"].add(p.pid)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return {k: {"rss_mb": v["rss"] / 2**20, "uss_mb": v["uss"] / 2**20,
+                    "processes": len(v["processes"])} for k, v in self.peaks.items()}
+
+
+def _spilled_bytes(since: float) -> int:
+    """Bytes Ray spilled in the sessions started after ``since`` (the raylet's own
+    "Spilled N MiB" log lines; 0 when it spilled nothing)."""
+    total = 0
+    for session in Path("/tmp/ray").glob("session_2*"):
+        if session.stat().st_mtime < since:
+            continue
+        for log in session.glob("logs/raylet*.out"):
+            mib = [float(m) for m in re.findall(r"Spilled (\d+(?:\.\d+)?) MiB",
+                                                  log.read_text(errors="replace"))]
+            total += int(max(mib, default=0) * 2**20)
+    return total
+
+
+def _one(name: str, path: Path, streaming: bool, work: Path, trials: int, epochs: int,
+         store_mb: int) -> dict:
+    spec = work / f"{name}.yaml"
+    out = work / "runs"
+    spec.write_text(SPEC.format(name=name, path=path, streaming=str(streaming).lower(),
+                                trials=trials, epochs=epochs, store=store_mb, out=out))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
+    t0 = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "automl", "search", str(spec)], cwd=REPO,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sampler = Sampler(proc.pid)
+    try:
+        text, _ = proc.communicate(timeout=3600)
+    finally:
+        peaks = sampler.stop()
+    wall = time.time() - t0
+    run_dir = out / name
+    rec: dict = {"name": name, "streaming": streaming, "rc": proc.returncode, "wall_s": wall,
+                 "memory": peaks, "spilled_bytes": _spilled_bytes(t0),
+                 "oom_kills": len(re.findall(r"OutOfMemoryError|killed due to memory|"
+                                              r"memory pressure", text))}
+    if proc.returncode != 0:
+        rec["tail"] = text[-2000:]
+        return rec
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines()
+            if line.strip()]
+    firsts = [r["first_batch_s"] for r in rows if r.get("epoch") == 1 and "first_batch_s" in r]
+    n_train = summary["data"]["split"]["train"]
+    rates = [n_train / r["train_time_s"] for r in rows
+             if r.get("train_time_s") and "first_batch_s" in r]
+    waits = [r["data_wait_s"] / r["train_time_s"] for r in rows
+             if r.get("train_time_s") and "data_wait_s" in r]
+    cv = json.loads((run_dir / "cv.json").read_text())
+    rec.update({
+        "data": summary["data"], "trials": summary["trials"],
+        "first_batch_s": float(np.median(firsts)) if firsts else None,
+        "rows_per_s": float(np.median(rates)) if rates else None,
+        "data_wait_share": float(np.median(waits)) if waits else None,
+        "winner": summary["winner"]["trial_id"],
+        "winner_config": summary["winner"]["config"],
+        "cv_winner": cv.get("winner"),
+        "test_accuracy": summary["test"].get("accuracy"),
+        "console_data_lines": [ln for ln in text.splitlines() if ln.startswith("data ")],
+    })
+    return rec
+
+
+def _mb(rec: dict, kinds: tuple[str, ...]) -> float:
+    return max((v["rss_mb"] for k, v in rec["memory"].items() if k in kinds), default=0.0)
+
+
+def _trial_mb(rec: dict, key: str = "rss_mb") -> float:
+    return max((v[key] for k, v in rec["memory"].items()
+                if k != "driver" and ("ImplicitFunc" in k or "run_trial" in k
+                                      or "fit_predict" in k)), default=0.0)
+
+
+def run(quick: bool, ctx: dict) -> Result:
+    import psutil
+
+    res = Result(NAME, TITLE)
+    n1 = 1200 if quick else int(ctx.get("stream_rows") or 50_000)
+    size = 16 if quick else 32
+    trials, epochs = 2, (1 if quick else 2)
+    ram = psutil.virtual_memory().total
+    with tempfile.TemporaryDirectory(prefix="automl-streaming-") as d:
+        work = Path(d)
+        t0 = time.time()
+        sets = {scale: write_set(work / f"x{scale}", n1 * scale, size) for scale in (1, 4)}
+        gen_s = time.time() - t0
+        decoded = {s: n1 * s * 3 * size * size * 4 for s in (1, 4)}
+        # the in-memory path holds the decoded set about 4 times at once: the driver's
+        # array, its object-store copy, and each of 2 trials' tensors
+        fits = {s: 4 * decoded[s] < 0.6 * ram and decoded[s] / 0.6 < 768 * 2**20 * 8
+                for s in (1, 4)}
+        store = int(max(512, 1.5 * decoded[1] / 2**20))
+        runs = [("x1_in_memory", 1, False), ("x1_streaming", 1, True), ("x4_streaming", 4, True)]
+        if fits[4]:
+            runs.append(("x4_in_memory", 4, False))
+        recs = {name: _one(name, sets[scale], streaming, work, trials, epochs, store)
+                for name, scale, streaming in runs}
+    res.settings = {"images": {"1x": n1, "4x": 4 * n1}, "shape": [3, size, size],
+                    "decoded_float32_mb": {f"{s}x": decoded[s] / 2**20 for s in (1, 4)},
+                    "trials": trials, "epochs": epochs, "concurrent_trials": 2,
+                    "memory_per_worker_mb": 768, "object_store_mb": store,
+                    "model": "mlp depth 2 width 128, batch 256", "write_s": round(gen_s, 1)}
+    rows = []
+    for name, rec in recs.items():
+        ok = rec["rc"] == 0
+        rows.append([name, "yes" if ok else f"exit {rec['rc']}", round(rec["wall_s"]),
+                     round(_mb(rec, ("driver",))), round(_trial_mb(rec)),
+                     round(_trial_mb(rec, "uss_mb")),
+                     rec["spilled_bytes"] // 2**20, rec["oom_kills"],
+                     rec.get("trials", {}).get("failed", "-"),
+                     "-" if rec.get("first_batch_s") is None else f"{rec['first_batch_s']:.2f}",
+                     "-" if rec.get("rows_per_s") is None else round(rec["rows_per_s"]),
+                     "-" if rec.get("data_wait_share") is None
+                     else f"{rec['data_wait_share']:.0%}",
+                     rec.get("winner", "-")])
+    res.tables.append(Table(
+        "Each run: `automl search` with 2 concurrent trials (peak memory in MB; trial "
+        "processes: Tune's trials and the CV/refit tasks)",
+        ["run", "finished", "wall s", "driver RSS", "trial RSS", "trial USS", "spilled MB",
+         "OOM kills", "failed trials", "first batch s", "rows/s", "waiting for data",
+         "CV winner"], rows))
+    s1, s4, m1 = recs["x1_streaming"], recs["x4_streaming"], recs["x1_in_memory"]
+    if all(r["rc"] == 0 for r in (s1, s4, m1)):
+        for label, kinds in (("driver", ("driver",)),):
+            g = _mb(s4, kinds) / max(_mb(s1, kinds), 1e-9) - 1
+            res.goals.append(Goal(f"streaming: peak {label} memory grows at most 20% from 1x "
+                                  "to 4x", f"{_mb(s1, kinds):.0f} -> {_mb(s4, kinds):.0f} MB "
+                                  f"({g:+.0%})", g <= 0.2))
+        g = _trial_mb(s4) / max(_trial_mb(s1), 1e-9) - 1
+        res.goals.append(Goal("streaming: peak trial-process memory grows at most 20% from "
+                              "1x to 4x", f"{_trial_mb(s1):.0f} -> {_trial_mb(s4):.0f} MB "
+                              f"({g:+.0%})", g <= 0.2))
+        ratio = s1["rows_per_s"] / m1["rows_per_s"]
+        res.goals.append(Goal("streaming ingest throughput >= 0.8x in-memory at 1x (same "
+                              "model and epochs)", f"{s1['rows_per_s']:.0f} vs "
+                              f"{m1['rows_per_s']:.0f} rows/s ({ratio:.2f}x)", ratio >= 0.8))
+        res.goals.append(Goal("at 1x both paths pick the same CV winner",
+                              f"trial {s1['winner']} ({s1['winner_config']}) vs trial "
+                              f"{m1['winner']} ({m1['winner_config']})",
+                              s1["winner_config"] == m1["winner_config"]))
+    bad = sum((r.get("trials", {}).get("failed", 0) or 0) + r["oom_kills"]
+              + (r["rc"] != 0) for r in recs.values())
+    res.goals.append(Goal("no out-of-memory kill, failed trial or failed run", f"{bad}",
+                          bad == 0))
+    if not fits[4]:
+        res.notes.append(f"4x in memory was not run: {4 * decoded[4] / 2**30:.1f} GiB "
+                         f"(4 copies of {decoded[4] / 2**30:.2f} GiB decoded) would not fit "
+                         f"this machine's {ram / 2**30:.0f} GiB, or one trial's copy its "
+                         "768 MB worker memory.")
+    res.notes.append("Memory is each process's peak resident set (RSS, which counts the "
+                     "object-store pages a process maps) and its unique set (USS); the "
+                     "driver is the `automl search` process. Throughput is training rows "
+                     "per second of training step (the median over trial epochs); first "
+                     "batch is the seconds until an epoch's first batch, at epoch 1.")
+    res.data = {k: {kk: vv for kk, vv in v.items() if kk != "tail"} for k, v in recs.items()}
+    for k, v in recs.items():
+        if v["rc"] != 0:
+            res.notes.append(f"{k} failed (exit {v['rc']}): {v.get('tail', '')[-600:]}")
+    return res
+
+
+def write_set(path: Path, n: int, size: int) -> Path:
+    """The synthetic set of ``n`` images (written once per folder)."""
+    from benchmarks._images import write_images
+
+    if (path / "_done").exists():
+        return path
+    write_images(path, n, size=size, classes=10, seed=0, shards=max(2, n // 12_500),
+                 row_group=1024)
+    (path / "_done").write_text("ok")
+    return path
