@@ -258,7 +258,8 @@ def run_main_job(
     t_ray = time.perf_counter()
     handle = cluster.connect(address, exp.resources.num_cpus, exp.resources.object_store_mb,
                              dashboard_host=dashboard_host, dashboard_port=dashboard_port,
-                             metrics_export_port=metrics_port, py_modules=_user_code(exp))
+                             metrics_export_port=metrics_port, py_modules=_user_code(exp),
+                             spill_dir=str(run_dir / "spill") if prepared.scan else None)
     try:
         console.print(f"ray    {'started locally' if handle.started else 'connected'} in "
                       f"{time.perf_counter() - t_ray:.1f}s"
@@ -346,6 +347,9 @@ def run_main_job(
                                                        run_dir, console, publish, budget,
                                                        held, teacher=teach and not own))
     finally:
+        if prepared.scan is not None and handle.started:  # what the local store spilled
+            data_info = {**data_info, "spill_dir": str(run_dir / "spill"),
+                         "spilled_bytes": cluster.spilled_bytes(handle.session_dir)}
         if beside is None:
             _stop_ray(handle, run_dir, lock)
         cluster.keep_cpus(0.0)

@@ -123,8 +123,15 @@ def prepare(exp: Experiment, console: Console | None = None) -> Prepared:
             section, or it builds no ``nn.Module`` with the data's shape
             (``automl.models.user.resolve`` and ``probe``).
     """
-    from automl.data import (cache_root, fit_transform, load_dataset, scan_images,
-                             split_dataset, streamed_dataset, wants_streaming)
+    from automl.data import (
+        cache_root,
+        fit_transform,
+        load_dataset,
+        scan_images,
+        split_dataset,
+        streamed_dataset,
+        wants_streaming,
+    )
     from automl.selection import make_folds
 
     if exp.user_code():  # a wrong import path fails before the data are read

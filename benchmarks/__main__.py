@@ -33,7 +33,8 @@ from benchmarks._common import RESULTS, Result, machine, write  # noqa: E402
 
 ORDER = ("orchestration", "search_quality", "baselines", "scaling", "compression", "chaos",
          "mnist1d", "eta", "job", "latency_stability", "multi_objective",
-         "multi_objective_digits", "study_ask", "regression", "node_loss", "transfer")
+         "multi_objective_digits", "study_ask", "regression", "node_loss", "transfer",
+         "streaming")
 ON_REQUEST = ("gpu",)  # needs a GPU: run only when named with --only
 
 
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=None,
                     help="orchestration, baselines, compression: trials of the digits search "
                          "(default: 40 as in search_spaces/resnet.yaml; quick: 3)")
+    ap.add_argument("--stream-rows", type=int, default=None, metavar="N",
+                    help="streaming: images of the 1x set (default 50000; 4x is 4N)")
     ap.add_argument("--run-dir", type=Path, default=None,
                     help="baselines, compression: read this finished digits run directory "
                          "instead of starting one")
@@ -93,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
     ctx: dict = {"seeds": args.seeds, "trials": args.trials, "out": out,
                  "time_limit_s": args.time_limit, "async_seeds": args.async_seeds,
-                 "first_seed": args.first_seed, "ordered_steps": args.ordered_steps}
+                 "first_seed": args.first_seed, "ordered_steps": args.ordered_steps,
+                 "stream_rows": args.stream_rows}
     try:
         ctx.update(_search_quality_args(args))
     except ValueError as e:

@@ -15,9 +15,12 @@ import numpy as np
 
 
 def write_images(path: str | Path, n: int, size: int = 32, classes: int = 10, seed: int = 0,
-                 shards: int = 4, row_group: int = 2048, noise: int = 96) -> Path:
+                 shards: int = 4, row_group: int = 2048, noise: int = 96,
+                 spread: int = 80) -> Path:
     """Write ``n`` RGB ``size x size`` PNG images in ``shards`` Parquet files under folder
     ``path`` (``image``: bytes, ``label``: int64 in ``[0, classes)``); returns the folder.
+    ``noise``: the uniform noise's range; ``spread``: how far the class colours lie from
+    mid-grey (smaller is harder).
     The same arguments write the same bytes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -26,7 +29,7 @@ def write_images(path: str | Path, n: int, size: int = 32, classes: int = 10, se
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    colours = rng.integers(40, 200, size=(classes, 3))
+    colours = rng.integers(128 - spread, 128 + spread, size=(classes, 3))
     side = max(2, size // 4)
     spots = rng.integers(0, size - side, size=(classes, 2))
     per = -(-n // shards)

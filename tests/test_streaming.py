@@ -162,3 +162,27 @@ def test_a_search_streams_from_its_cache(images, tmp_path):
     assert data["cache"].startswith(str(tmp_path / "runs" / "data_cache"))
     assert summary["trials"]["completed"] == 2
     assert summary["test"]["accuracy"] > 0.5  # 4 classes: chance is 0.25
+
+
+def test_admission_keeps_a_cpu_free_for_ray_data():
+    from automl.cluster import admit_bundles, keep_cpus
+
+    nodes = [{"CPU": 3.0}]
+    try:
+        keep_cpus(1)
+        assert admit_bundles([{"CPU": 1.0}], "auto", nodes).max_concurrent == 2
+        assert admit_bundles([{"CPU": 1.0}], "auto", [{"CPU": 1.0}]).max_concurrent == 1
+    finally:
+        keep_cpus(0)
+    assert admit_bundles([{"CPU": 1.0}], "auto", nodes).max_concurrent == 3
+
+
+def test_spilled_bytes_are_read_from_the_raylets_own_lines(tmp_path):
+    from automl.cluster import spilled_bytes
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "raylet.out").write_text(
+        "[info] Spilled 12 MiB, 3 objects, write throughput 100 MiB/s\n"
+        "[info] Spilled 40 MiB, 9 objects, write throughput 90 MiB/s\n")
+    assert spilled_bytes(str(tmp_path)) == 40 * 2**20
+    assert spilled_bytes(None) == 0 and spilled_bytes(str(tmp_path / "none")) == 0

@@ -25,6 +25,7 @@ from automl.cluster._connect import (
     is_loopback,
     port_free,
     shutdown,
+    spilled_bytes,
 )
 from automl.cluster._instance import forget_instance, record_instance, stop_leftover
 from automl.cluster._token import TOKEN_FIX, token_available, use_cluster_token
@@ -32,7 +33,7 @@ from automl.cluster._token import TOKEN_FIX, token_available, use_cluster_token
 __all__ = [
     "DRIVER", "TOKEN_FIX", "TRAIN_ENV", "Admission", "Autoscaling", "NodeType", "RayHandle", "admit",
     "admit_data_parallel",
-    "admit_bundles", "admit_trials", "keep_cpus", "capacity", "connect", "detect", "drop_undeclared",
+    "admit_bundles", "admit_trials", "keep_cpus", "spilled_bytes", "capacity", "connect", "detect", "drop_undeclared",
     "forget_instance", "free_port", "is_loopback", "port_free", "record_instance", "shutdown",
     "stop_leftover", "token_available", "trial_bundles", "use_cluster_token",
 ]

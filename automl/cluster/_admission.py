@@ -41,7 +41,13 @@ def _alive_nodes() -> list[dict[str, float]]:
     from automl.cluster._autoscale import capacity, detect
 
     alive = [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]
-    nodes = capacity(alive, detect())
+    return capacity(alive, detect())
+
+
+def _keep(nodes: list[dict[str, float]]) -> list[dict[str, float]]:
+    """``nodes`` with the CPUs :func:`keep_cpus` keeps taken off the largest (a node keeps
+    at least 1 CPU for tasks)."""
+    nodes = [dict(n) for n in nodes]
     if _KEPT["CPU"] and nodes:
         largest = max(nodes, key=lambda n: n.get("CPU", 0.0))
         largest["CPU"] = max(min(1.0, largest.get("CPU", 0.0)),
@@ -88,7 +94,7 @@ def admit_bundles(
         ResourceError: one trial can never be placed; names what a trial needs, what
             the cluster and its largest node have. Raised before any trial is queued.
     """
-    nodes = _alive_nodes() if nodes is None else nodes
+    nodes = _keep(_alive_nodes() if nodes is None else nodes)
     if not nodes:
         raise ResourceError("the Ray cluster has no alive nodes", where="ray")
     keys = sorted({k for b in bundles for k, v in b.items() if v > 0}, key=lambda k: (k == "memory", k))

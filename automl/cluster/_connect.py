@@ -44,6 +44,36 @@ for _k, _v in TRAIN_ENV.items():
 os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "3600")
 
 
+def _spilling(spill_dir: str | None) -> dict:
+    """``ray.init`` keywords that spill to ``spill_dir`` (Ray's filesystem spilling)."""
+    if not spill_dir:
+        return {}
+    import json
+
+    os.makedirs(spill_dir, exist_ok=True)
+    return {"_system_config": {"object_spilling_config": json.dumps(
+        {"type": "filesystem", "params": {"directory_path": spill_dir}})}}
+
+
+def spilled_bytes(session_dir: str | None) -> int:
+    """Bytes the local raylet of ``session_dir`` spilled so far: the largest total in its
+    own ``Spilled N MiB`` log lines (0 when it spilled nothing or the log is not here)."""
+    import re
+    from pathlib import Path
+
+    if not session_dir:
+        return 0
+    top = 0.0
+    for log in Path(session_dir, "logs").glob("raylet*.out"):
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            continue
+        for m in re.findall(r"Spilled (\d+(?:\.\d+)?) MiB", text):
+            top = max(top, float(m))
+    return int(top * 2**20)
+
+
 @dataclass(frozen=True)
 class RayHandle:
     """What :func:`connect` did: ``started`` is True when this process owns the instance;
@@ -106,8 +136,12 @@ def connect(
     dashboard_port: int = 8265,
     metrics_export_port: int | None = None,
     py_modules: list[str] | None = None,
+    spill_dir: str | None = None,
 ) -> RayHandle:
     """Join the cluster at ``address`` (or ``RAY_ADDRESS``), or start a local Ray.
+
+    A local instance spills objects that do not fit its store to ``spill_dir`` when given
+    (a folder of the run, for streaming data), else to Ray's temp folder.
 
     A local instance gets ``num_cpus`` logical CPUs (default: this machine's
     cores), an object store capped at ``object_store_mb`` MiB, and the dashboard
@@ -189,6 +223,7 @@ def connect(
                 log_to_driver=False,
                 **metrics,
                 **env,
+                **_spilling(spill_dir),
             )
             break
         except Exception as e:  # Ray raises a bare Exception when its node does not start

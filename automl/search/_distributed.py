@@ -68,8 +68,7 @@ def worker_loop(loop_config: dict[str, Any]) -> None:
     from automl.parallel import wrap
     from automl.search._checkpoints import TrialCheckpoints
     from automl.space import TrialConfig
-    from automl.train import (Shard, TrainState, example_input, fit, set_threads, to_tensors,
-                              unwrap)
+    from automl.train import Shard, TrainState, example_input, fit, set_threads, to_tensors, unwrap
 
     exp: Experiment = loop_config["exp"]
     res = exp.resources

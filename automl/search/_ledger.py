@@ -48,7 +48,7 @@ START_KEYS = ("start_trial_s", "start_train_s", "start_worker_s", "setup_imports
               "setup_costs_s")
 #: the per-epoch keys a report row keeps
 ROW_KEYS = ("epoch", "train_loss", "val_loss", "val_accuracy", "val_f1", "val_rmse", "val_mae",
-            "val_r2", "train_time_s",
+            "val_r2", "train_time_s", "first_batch_s", "data_wait_s",
             "eval_time_s", "setup_s", "restored_from_epoch", "world_size", "worker_nodes",
             *COST_METRICS, *START_KEYS)
 STATES = (COMPLETED, STOPPED, FAILED, DIVERGED)

@@ -19,8 +19,7 @@ from automl.search._checkpoints import TrialCheckpoints
 from automl.search._trial import TRIAL_KEY, DataRef, TrialData, checkpoint_epochs, guard_of
 from automl.space import TrialConfig
 from automl.spec import COST_METRICS, Experiment
-from automl.train import (Shard, TrainState, TrialDiverged, example_input, fit, set_threads,
-                          to_tensors)
+from automl.train import Shard, TrainState, TrialDiverged, example_input, fit, set_threads, to_tensors
 
 COST_KEYS = tuple(COST_METRICS)
 __all__ = ["DataRef", "TrialData", "checkpoint_epochs", "guard_of", "run_trial"]
