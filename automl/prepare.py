@@ -79,9 +79,11 @@ class Prepared:
         else:
             counts = cut_list((f"{c}: {n}" for c, n in info["class_counts"].items()), keep=12)
             what = f"{data.num_classes} classes ({counts})"
+        path = ("; streams through Ray Data (data.streaming)" if self.scan is not None
+                else "")
         return (f"data   {data.name}: {data.n_rows} rows, input "
                 f"{tuple(info['model_input_shape'])}, {what}; "
-                f"{cleaning_note(info['cleaning'])}; split {self.splits.sizes()}")
+                f"{cleaning_note(info['cleaning'])}; split {self.splits.sizes()}{path}")
 
     def task_line(self) -> str | None:
         """One line when the target column chose the task (the spec did not say)."""
