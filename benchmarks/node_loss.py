@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks._common import REPO, SPEC, Goal, Result, Table
@@ -44,56 +42,19 @@ NODE_CPUS = 1
 _NODES = 0  # worker nodes started by this process (each gets its own worker ports)
 
 
-@dataclass
-class Node:
-    proc: subprocess.Popen
-    temp_dir: Path
+def start_node(head, log: Path):
+    """A worker node of ``NODE_CPUS`` CPUs joining ``head`` (``tests/_rayhead.start_worker``:
+    its own temp dir and process group, free ports), its worker processes on ports of a
+    range of its own (several nodes share this machine)."""
+    if str(REPO) not in sys.path:  # tests/ is not installed; run() puts the repo first too
+        sys.path.insert(0, str(REPO))
+    from tests._rayhead import start_worker
 
-    def kill(self) -> float:
-        """SIGKILL the node's whole process group; seconds until it is gone."""
-        t0 = time.monotonic()
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(30)
-        gone = round(time.monotonic() - t0, 2)
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
-        return gone
-
-
-def start_node(gcs_address: str, num_cpus: int, log: Path) -> Node:
-    """``ray start --address=<head> --block`` in a temp dir and process group of its own,
-    on free ports (several nodes share this machine)."""
-    from automl.cluster import free_port
-
-    temp = Path(tempfile.mkdtemp(prefix="rn", dir="/tmp"))  # socket paths <= 107 chars
-    bin_dir = Path(sys.executable).parent
     global _NODES
     _NODES += 1
     # below the ephemeral ports free_port hands out, above the head's default 10002-19999
     low = 20000 + 250 * (_NODES % 50)
-    cmd = [str(bin_dir / "ray"), "start", "--block", f"--address={gcs_address}",
-           f"--num-cpus={num_cpus}", f"--temp-dir={temp}",
-           f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
-           f"--runtime-env-agent-port={free_port()}",
-           f"--dashboard-agent-listen-port={free_port()}",
-           f"--dashboard-agent-grpc-port={free_port()}",
-           f"--metrics-export-port={free_port()}",
-           f"--min-worker-port={low}", f"--max-worker-port={low + 200}",
-           f"--object-store-memory={150 * 1024 * 1024}"]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    env.pop("RAY_ADDRESS", None)
-    f = open(log, "a")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=temp,
-                            start_new_session=True)
-    deadline = time.monotonic() + 90
-    while "Ray runtime started" not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"worker node did not start: {log.read_text()[-1500:]}")
-        time.sleep(0.5)
-    return Node(proc, temp)
+    return start_worker(head, NODE_CPUS, log=log, worker_ports=(low, low + 200))
 
 
 def _spec(work: Path, data_parallel: bool, trials: int) -> Path:
@@ -136,7 +97,7 @@ def _reports(run_dir: Path) -> list[dict]:
     return out
 
 
-def _holds(node: Node, name: str) -> bool:
+def _holds(node, name: str) -> bool:
     """Whether a process named ``name`` (e.g. ``RayTrainWorker``) runs on ``node``: Ray's
     worker processes stay in their raylet's process group, the node's."""
     import psutil
@@ -156,7 +117,7 @@ def _sweep(work: Path, head, spec: Path, name: str, kill_at: list[int], log: Pat
     """Run the sweep; kill a worker node whenever the epoch reports reach each of
     ``kill_at`` (one running a process named ``holding`` when one does), then start a
     replacement. Returns what happened."""
-    nodes = [start_node(head.gcs_address, NODE_CPUS, work / f"node{i}.log") for i in range(2)]
+    nodes = [start_node(head, work / f"node{i}.log") for i in range(2)]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
     t0 = time.monotonic()
     with open(log, "w") as f:
@@ -181,8 +142,7 @@ def _sweep(work: Path, head, spec: Path, name: str, kill_at: list[int], log: Pat
             kills.append({"after_reports": len(_reports(run_dir)),
                           "at_s": round(time.monotonic() - t0, 1), "gone_in_s": gone_s,
                           "held": held})
-            nodes.append(start_node(head.gcs_address, NODE_CPUS,
-                                    work / f"node{len(kills) + 1}.log"))
+            nodes.append(start_node(head, work / f"node{len(kills) + 1}.log"))
         rc = proc.wait(max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)

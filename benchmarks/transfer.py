@@ -56,6 +56,7 @@ from pathlib import Path
 
 from benchmarks import _sqstats as st
 from benchmarks._common import RESULTS, Goal, Result, Table
+from benchmarks._peers import SyneTuneRunner
 
 NAME = "transfer"
 TITLE = "Transfer HPO, leave one task out (YAHPO LCBench)"
@@ -194,9 +195,10 @@ def _syne_evals(task: str, n_src: int, seed: int, space: dict):
         for t, curves in _curves(n_src, seed).items() if t != task}
 
 
-class SyneRunner:
+class SyneRunner(SyneTuneRunner):
     """Syne Tune 0.16's transfer methods around its ``ASHA`` (grace 1, reduction factor 3,
-    stopping), driven as :class:`benchmarks._peers.SyneTuneRunner` drives ASHA:
+    stopping); ``ask``, ``tell`` and ``finish`` are :class:`benchmarks._peers.SyneTuneRunner`'s
+    (only the scheduler built here differs):
 
     * ``boundingbox``: ``BoundingBox`` (Perrone et al. 2019): the box of each source's best
       configuration bounds ASHA's random search (driven through the box's ``scheduler``:
@@ -259,32 +261,6 @@ class SyneRunner:
                 self.sch = BoundingBox(asha, space, "score", evals, do_minimize=False,
                                        random_seed=seed).scheduler
         self.problem, self.points, self.n = problem, checkpoints(problem.max_t), 0
-
-    def ask(self):
-        from datetime import datetime
-
-        from syne_tune.backend.trial_status import Trial
-
-        from benchmarks._events import Job
-        from benchmarks._spaces import active
-
-        sugg = self.sch.suggest()
-        if sugg is None:
-            return None
-        trial = Trial(trial_id=self.n, config=dict(sugg.config), creation_time=datetime.now())
-        self.sch.on_trial_add(trial)
-        self.n += 1
-        return Job(trial.trial_id, active(self.cs, dict(sugg.config)), list(self.points), trial)
-
-    def tell(self, job, t: int, score: float, cost_s: float) -> bool:
-        from syne_tune.optimizer.scheduler import SchedulerDecision
-
-        decision = self.sch.on_trial_result(job.state, {"epoch": t, "score": score})
-        return decision == SchedulerDecision.CONTINUE and t < self.problem.max_t
-
-    def finish(self, job, t: int, score: float) -> None:
-        if t >= self.problem.max_t:
-            self.sch.on_trial_complete(job.state, {"epoch": t, "score": score})
 
 
 def _meta_tpe_class():

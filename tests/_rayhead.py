@@ -63,6 +63,16 @@ def _group_alive(pgid: int) -> bool:
     return any(s.strip() and not s.strip().startswith("Z") for s in out.stdout.splitlines())
 
 
+def _ray_env(extra: dict | None = None) -> dict:
+    """This process's environment for a ``ray start``: the venv's ``ray`` first on PATH,
+    usage stats off, no address of another cluster."""
+    run_env = {**os.environ, **(extra or {}), "RAY_USAGE_STATS_ENABLED": "0",
+               "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run_env.pop("RAY_ADDRESS", None)
+    run_env.pop("RAY_API_SERVER_ADDRESS", None)
+    return run_env
+
+
 def start_head(num_cpus: int, *, autoscaling: dict | None = None, env: dict | None = None,
                object_store_mb: int = 150, timeout_s: float = 90.0,
                dashboard: bool = True) -> Head:
@@ -79,10 +89,7 @@ def start_head(num_cpus: int, *, autoscaling: dict | None = None, env: dict | No
 
     temp = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))  # short: socket paths <= 107
     port, dport = free_port(), free_port()
-    run_env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0",
-               "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    run_env.pop("RAY_ADDRESS", None)
-    run_env.pop("RAY_API_SERVER_ADDRESS", None)
+    run_env = _ray_env(env)
     cmd = [str(VENV_BIN / "ray"), "start", "--head", "--block", f"--port={port}",
            f"--num-cpus={num_cpus}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dport}",
            f"--include-dashboard={str(dashboard).lower()}",
@@ -130,16 +137,82 @@ def _wait_ready(head: Head, timeout_s: float) -> None:
                        f"log: {head.log.read_text()[-2000:]}")
 
 
-def _wait_started(head: Head, timeout_s: float) -> None:
+def _wait_started(node: Head | Worker, timeout_s: float) -> None:
     """Wait until ``ray start --block`` logs that the runtime started (no dashboard to ask)."""
+    what = "head" if isinstance(node, Head) else "worker node"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not head.alive():
-            raise RuntimeError(f"ray start exited: {head.log.read_text()[-2000:]}")
-        if "Ray runtime started" in head.log.read_text():
+        if not node.alive():
+            raise RuntimeError(f"ray start exited: {node.log.read_text(errors='replace')[-2000:]}")
+        if "Ray runtime started" in node.log.read_text(errors="replace"):
             return
         time.sleep(0.5)
-    raise TimeoutError(f"head not started in {timeout_s}s; log: {head.log.read_text()[-2000:]}")
+    raise TimeoutError(f"{what} not started in {timeout_s}s; "
+                       f"log: {node.log.read_text(errors='replace')[-2000:]}")
+
+
+@dataclass
+class Worker:
+    """A worker node (``ray start --address=<head> --block``) in its own temp dir and
+    process group."""
+
+    proc: subprocess.Popen
+    temp_dir: Path
+    log: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> float:
+        """SIGKILL the node's whole process group (raylet, object store, its workers), as a
+        lost machine goes; seconds until it is gone."""
+        t0 = time.monotonic()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(30)
+        gone = round(time.monotonic() - t0, 2)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        return gone
+
+
+def start_worker(head: Head | str, num_cpus: int, *, log: Path | None = None,
+                 object_store_mb: int = 150, worker_ports: tuple[int, int] | None = None,
+                 timeout_s: float = 90.0) -> Worker:
+    """Start a worker node joining ``head`` (a :class:`Head` or its GCS address) on free
+    ports and wait (at most ``timeout_s``) until ``ray start`` says the runtime started.
+
+    ``log``: the file its output is appended to (default: ``worker.log`` in its temp dir);
+    ``worker_ports``: ``(min, max)`` of its worker processes' ports, for several nodes on one
+    machine (Ray's default range otherwise).
+    """
+    from automl.cluster import use_cluster_token
+
+    use_cluster_token()  # the node authenticates to the head as this process does
+    gcs_address = head.gcs_address if isinstance(head, Head) else head
+    temp = Path(tempfile.mkdtemp(prefix="rn", dir="/tmp"))  # short: socket paths <= 107
+    cmd = [str(VENV_BIN / "ray"), "start", "--block", f"--address={gcs_address}",
+           f"--num-cpus={num_cpus}", f"--temp-dir={temp}",
+           f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
+           f"--runtime-env-agent-port={free_port()}",
+           f"--dashboard-agent-listen-port={free_port()}",
+           f"--dashboard-agent-grpc-port={free_port()}",
+           f"--metrics-export-port={free_port()}",
+           f"--object-store-memory={object_store_mb * 1024 * 1024}"]
+    if worker_ports is not None:
+        cmd += [f"--min-worker-port={worker_ports[0]}", f"--max-worker-port={worker_ports[1]}"]
+    log = log or temp / "worker.log"
+    with open(log, "a") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=_ray_env(),
+                                cwd=temp, start_new_session=True)
+    worker = Worker(proc, temp, log)
+    try:
+        _wait_started(worker, timeout_s)
+    except BaseException:
+        worker.kill()
+        raise
+    return worker
 
 
 def fake_cluster_config(types: dict, gcs_address: str, head_cpus: int) -> dict:

@@ -92,11 +92,14 @@ def test_startup_breakdown_from_trials_jsonl(tmp_path):
     assert "setup_data_s" not in b  # not reported, not invented
 
 
-#: the sections the suite runs, each in a fresh process of its own (each one bounded
+#: the sections the suite runs, each group in a fresh process of its own (each one bounded
 #: alone: the four in one process took over 300 s on 2 cores with one kept busy);
+#: ``baselines`` runs after ``orchestration`` in its process and reads that section's
+#: digits run, as ``make bench-quick`` has it (one project run less); ``compression`` runs
+#: alone and so starts its own digits run (``project_run``'s other path);
 #: ``scaling`` (Ray Train worker groups, ~20 s each) and ``chaos`` (kills and resumes) run
 #: with ``make bench`` only; ``search_quality`` has its own test below
-SUITE = ("orchestration", "baselines", "compression", "mnist1d")
+SUITE = (("orchestration", "baselines"), ("compression",), ("mnist1d",))
 
 
 def _check_orchestration(rec):
@@ -137,28 +140,34 @@ CHECKS = {"orchestration": _check_orchestration, "baselines": _check_baselines,
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", SUITE)
-def test_quick_benchmark_writes_its_record(name, tmp_path):
-    """``python -m benchmarks --quick --only NAME`` (what ``make bench-quick`` runs, one
-    section at a time): the section runs and writes its documented record, and its
-    figures have their documented shape. A fresh process, as a user runs it; bounded at
-    570 s, a hang's bound and not a speed limit: on a slow 2-core machine with one core
-    busy the sections took 206, 142, 139 and 115 s (the old 280 s bound was 1.4x the
+@pytest.mark.parametrize("names", SUITE, ids="+".join)
+def test_quick_benchmark_writes_its_record(names, tmp_path):
+    """``python -m benchmarks --quick --only NAME ...`` (what ``make bench-quick`` runs, a
+    few sections at a time): the sections run and write their documented records, and
+    their figures have their documented shape. A fresh process, as a user runs it; bounded
+    at 570 s, a hang's bound and not a speed limit: on a slow 2-core machine with one core
+    busy the sections took 206, 142, 139 and 115 s alone (the old 280 s bound was 1.4x the
     slowest)."""
     pytest.importorskip("mfpbench")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--seeds", "1",
-                           "--only", name, "--out", str(tmp_path)], cwd=REPO, env=env,
+                           "--only", *names, "--out", str(tmp_path)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=570)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert name in ORDER
-    rec = json.loads((tmp_path / f"{name}.json").read_text())
-    assert rec["status"] == "ok", (name, rec.get("reason"))
-    assert rec["quick"] is True and rec["machine"]["cores"] >= 1
-    assert rec["machine"]["memory_gib"] > 0 and rec["versions"]["torch"].startswith("2.13")
-    assert f"# {rec['title']}" in (tmp_path / f"{name}.md").read_text()
-    CHECKS[name](rec)
+    records = {}
+    for name in names:
+        assert name in ORDER
+        rec = records[name] = json.loads((tmp_path / f"{name}.json").read_text())
+        assert rec["status"] == "ok", (name, rec.get("reason"))
+        assert rec["quick"] is True and rec["machine"]["cores"] >= 1
+        assert rec["machine"]["memory_gib"] > 0 and rec["versions"]["torch"].startswith("2.13")
+        assert f"# {rec['title']}" in (tmp_path / f"{name}.md").read_text()
+        CHECKS[name](rec)
+    if "baselines" in records and "orchestration" in records:  # one digits run for both
+        run = records["orchestration"]["data"]["runs"]["automl"]
+        assert records["baselines"]["data"]["automl"]["wall_s"] == pytest.approx(
+            run["sweep_wall_s"] + run["cv_wall_s"], abs=0.01)
 
 
 def test_search_quality_quick_writes_its_record(tmp_path):

@@ -1,6 +1,6 @@
-"""Ctrl-C (SIGINT to the driver, as ``kill -INT`` sends it) during a real sweep, its
-cross-validation, twice, and before any trial ended: each exits 130 within 15 s, says in
-one line how to resume, publishes nothing (no summary, no registry version), leaves its
+"""Ctrl-C (SIGINT to the driver, as ``kill -INT`` sends it) during a real sweep, then in
+its resumed run's cross-validation, and twice before any trial ended: each exits 130
+within 15 s, says in one line how to resume, publishes nothing (no summary, no registry version), leaves its
 running trials RUNNING in the study (not failed), and ``--resume`` then finishes every
 requested trial with exit 0. Plus the pieces without Ray: the handler and the rule that a
 stage interrupted on the way out is not saved as finished."""
@@ -108,9 +108,16 @@ def _interrupted_output(log: Path, spec: Path, out: Path) -> str:
 
 
 @pytest.mark.timeout(600)
-def test_ctrl_c_in_the_sweep_stops_it_keeps_running_trials_and_resume_finishes(tmp_path):
+def test_ctrl_c_in_the_sweep_then_in_cross_validation_each_resumes_to_the_end(tmp_path):
+    """One job interrupted twice: in its sweep (running trials stay RUNNING, the resume
+    continues them from their checkpoints), then, resumed, in its cross-validation (not
+    swallowed; the next resume keeps the search and the logged folds) and resumed to the
+    end. One job for both stages: a fresh job per stage ran the sweep twice."""
     spec, out = write_spec(tmp_path, SPEC), tmp_path / "runs"
-    run, log = out / "ctrlc", tmp_path / "job.log"
+    run = out / "ctrlc"
+    folds = run / "cv_folds.jsonl"
+    # Ctrl-C in the sweep
+    log = tmp_path / "job1.log"
     proc = _start(["search", str(spec), "--output", str(out), "--dashboard-port", "0"], log)
     _wait_for(proc, lambda: _events(run, "end") >= 2, "2 trials ended", log)
     assert _ctrl_c(proc) <= EXIT_WITHIN_S and proc.returncode == 130
@@ -121,23 +128,21 @@ def test_ctrl_c_in_the_sweep_stops_it_keeps_running_trials_and_resume_finishes(t
     states = [t.state for t in _study(run).trials]
     assert optuna.trial.TrialState.RUNNING in states  # resumable, not marked failed
     assert optuna.trial.TrialState.FAIL not in states
-    _resume_to_the_end(spec, out, log)
-    assert "continue from their checkpoints" in log.read_text()
 
-
-@pytest.mark.timeout(600)
-def test_ctrl_c_in_cross_validation_is_not_swallowed(tmp_path):
-    spec, out = write_spec(tmp_path, SPEC), tmp_path / "runs"
-    run, log = out / "ctrlc", tmp_path / "job.log"
-    folds = run / "cv_folds.jsonl"
-    proc = _start(["search", str(spec), "--output", str(out), "--dashboard-port", "0"], log)
+    # resumed: the trials continue from their checkpoints; Ctrl-C in cross-validation
+    log = tmp_path / "job2.log"
+    proc = _start(["search", str(spec), "--output", str(out), "--resume",
+                   "--dashboard-port", "0"], log)
     _wait_for(proc, lambda: folds.exists() and folds.read_text().count("\n") >= 1,
               "the first fold training was logged", log)
+    assert "continue from their checkpoints" in log.read_text()
     assert _ctrl_c(proc) <= EXIT_WITHIN_S and proc.returncode == 130
     line = _interrupted_output(log, spec, out)
     assert "in stage cv (search finished before)" in line
     assert (run / "stages" / "search.json").exists() and not (run / "stages" / "cv.json").exists()
     assert not (run / "summary.json").exists() and not _registered(out)
+
+    log = tmp_path / "job3.log"
     _resume_to_the_end(spec, out, log)
     text = log.read_text()
     assert "resume stage search finished before" in text

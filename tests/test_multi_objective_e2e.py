@@ -41,7 +41,7 @@ search:
   constraints:
     - {metric: params, max: 20000}
 scheduler: {grace_period: 2, reduction_factor: 2, max_epochs: 4}
-selection: {top_k: 3, cv_folds: 2, pick: knee}
+selection: {top_k: 2, cv_folds: 2, pick: knee}
 resources: {cpus_per_worker: 1}
 tracking: {backend: none}
 """

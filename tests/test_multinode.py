@@ -19,7 +19,7 @@ name: multinode
 model: {family: mlp, mlp: {depth: 1, width: 32}}
 training: {optimizer: adam, lr: {type: categorical, choices: [0.005, 0.01]}, batch_size: 64,
            epochs: 2, init: default}
-search: {num_samples: 2, seed: 0, sampler: random}
+search: {num_samples: 1, seed: 0, sampler: random}
 scheduler: {type: none}
 selection: {top_k: 1, cv_folds: 2}
 tracking: {backend: none}
@@ -81,7 +81,9 @@ def test_ddp_workers_spread_over_nodes_and_sweep_completes(cluster, tmp_path):
     if "error" in box:
         raise box["error"]
     summary = box["summary"]
-    assert summary["trials"]["total"] == 2 and summary["trials"]["failed"] == 0
+    # one trial: where its workers land is the point here; trials back to back are
+    # tests/test_distributed.py's (test_ddp_sweep_runs_trials_back_to_back_without_deadlock)
+    assert summary["trials"]["total"] == 1 and summary["trials"]["failed"] == 0
     rows = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").open()]
     rows = [r for r in rows if "event" not in r]  # the epoch reports
     # one CPU per node: a trial's two workers must sit on two different nodes

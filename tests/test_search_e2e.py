@@ -32,7 +32,7 @@ training:
   init: {type: categorical, choices: [kaiming, default]}
 search: {num_samples: 6, seed: 0, sampler: tpe, n_startup_trials: 3}
 scheduler: {grace_period: 1, reduction_factor: 2, max_epochs: 4}
-selection: {top_k: 3, cv_folds: 3}
+selection: {top_k: 2, cv_folds: 2}
 resources: {cpus_per_worker: 1}
 """
 
@@ -75,7 +75,7 @@ def test_every_trial_is_recorded_with_its_end_state(sweep):
 def test_leaderboard_top_k_is_cross_validated_and_the_winner_scored_on_test(sweep):
     exp, run_dir, summary = sweep
     board = summary["leaderboard"]
-    assert len(board) == 3
+    assert len(board) == 2
     values = [r["val_accuracy"] for r in board]
     assert values == sorted(values, reverse=True)
     assert summary["best"]["trial_id"] == board[0]["trial_id"]
@@ -84,15 +84,15 @@ def test_leaderboard_top_k_is_cross_validated_and_the_winner_scored_on_test(swee
     assert [c["trial_id"] for c in cv["candidates"]] == [r["trial_id"] for r in board]
     for c in cv["candidates"]:
         folds = [f["scores"]["accuracy"] for f in c["folds"]]
-        assert len(folds) == 3 and c["summary"]["accuracy"]["mean"] == pytest.approx(
-            sum(folds) / 3)
+        assert len(folds) == 2 and c["summary"]["accuracy"]["mean"] == pytest.approx(
+            sum(folds) / 2)
         lo, hi = c["summary"]["accuracy"]["ci95"]
         assert lo <= c["summary"]["accuracy"]["mean"] <= hi
     means = {c["trial_id"]: c["summary"]["accuracy"]["mean"] for c in cv["candidates"]}
     winner = summary["winner"]
     assert winner["trial_id"] == cv["winner"]
     assert means[winner["trial_id"]] >= max(means.values()) - exp.selection.tie_tolerance
-    assert winner["reason"].startswith("accuracy: ") and winner["cv"]["accuracy"]["n"] == 3
+    assert winner["reason"].startswith("accuracy: ") and winner["cv"]["accuracy"]["n"] == 2
     assert 0.5 < summary["test"]["accuracy"] <= 1.0
     assert summary["test"]["rows"] == summary["data"]["split"]["test"] == 360
     assert summary["test"]["train_rows"] == 1437  # retrained on train + validation rows
