@@ -541,8 +541,8 @@ class CachedImages:
     rows: np.ndarray
     image_shape: tuple[int, int, int]
     key: str = ""
-    memory_mb: float = 256.0
-    cpus: float = 1.0
+    memory_mb: float = 64.0
+    cpus: float = 0.5
 
     ndim = 4
     dtype = np.float32
