@@ -126,7 +126,8 @@ def _one(name: str, path: Path, streaming: bool, work: Path, trials: int, epochs
                                 trials=trials, epochs=epochs, store=store_mb, out=out))
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "WANDB_MODE": "offline"}
     t0 = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "automl", "search", str(spec)], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "automl", "search", str(spec),
+                             "--dashboard-port", "0"], cwd=REPO,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     sampler = Sampler(proc.pid)
     try:

@@ -16,13 +16,10 @@ Three steps, one place:
    labels and the preprocessing. A later run whose data did not change reuses it (Ray's
    advice to preprocess once; a per-trial pipeline re-runs it, ray#28171).
 3. :class:`CachedImages` (each trial, CV fold and refit): an array-like of rows of the
-   cache, indexed like ``X[idx]`` without reading anything, that streams its rows through
-   Ray Data (``from_items`` of the cache's files, ``map_batches`` reading each file's rows,
-   ``iter_batches``): one execution reads several epochs ahead, each epoch its files in a
-   seeded order and each file's rows in a seeded permutation (the cache's rows were
-   shuffled once when built); one stream per trial (ray#32586), under per-trial Ray Data
-   limits. A new Ray Data execution costs seconds here (its tasks, file listing and
-   metadata), so one per epoch would dominate a small trial.
+   cache, indexed like ``X[idx]`` without reading anything, that streams its rows with
+   ``ray.data.read_parquet(...).iter_batches`` (rows shuffled once in the cache, then by a
+   local shuffle buffer seeded per epoch; one stream per trial, ray#32586) under per-trial
+   Ray Data limits.
 
 Source: Ray Data's ``read_parquet`` / ``iter_batches``; Ludwig's Parquet cache for the
 same reason.
@@ -50,6 +47,8 @@ STREAM_SHARE = 0.25
 CACHE_FORMAT = "automl.image-cache/1"
 #: the file a finished cache holds (a folder without it is an interrupted build)
 CACHE_META = "_automl_cache.json"
+#: rows of a local shuffle buffer (Ray Data's ``local_shuffle_buffer_size``), at most
+SHUFFLE_ROWS = 4096
 _GRAY = {"1", "L", "LA", "I", "I;16", "F"}
 
 
@@ -408,106 +407,8 @@ def build_cache(scan: ImageScan, root: str, seed: int = 0,
 
 
 # --------------------------------------------------------------------------- streams
-#: passes one Ray Data execution reads ahead (epochs of one trial)
-PASSES = 8
-#: this process's live streams of passes over cache rows (:meth:`CachedImages._passes`)
-_STREAMS: dict = {}
-
-
-def _read_part(batch: dict, wanted: np.ndarray) -> dict:
-    """Ray Data ``map_batches`` function: one cache file's ``wanted`` rows, in a seeded
-    permutation when the item's seed is >= 0, tagged with the item's pass."""
-    import pyarrow.parquet as pq
-
-    f, p, seed = str(batch["file"][0]), int(batch["pass"][0]), int(batch["seed"][0])
-    t = pq.read_table(f, columns=["row", "x", "y"])
-    row = t.column("row").to_numpy()
-    pos = np.searchsorted(wanted, row)
-    hit = np.flatnonzero((pos < len(wanted)) & (wanted[np.minimum(pos, len(wanted) - 1)]
-                                                == row))
-    if seed >= 0:
-        hit = hit[np.random.default_rng(seed).permutation(len(hit))]
-    shape = tuple(t.schema.field("x").type.shape)  # Ray Data's tensor type: (C, H, W)
-    x = (np.asarray(t.column("x").take(hit).combine_chunks().storage.flatten())
-         .reshape(len(hit), *shape) if len(hit) else np.zeros((0, *shape), np.uint8))
-    return {"row": row[hit], "x": x, "y": t.column("y").to_numpy()[hit],
-            "pass": np.full(len(hit), p, np.int64)}
-
-
-class _Passes:
-    """Passes over a fixed set of cache rows, read ahead by one Ray Data execution of
-    :data:`PASSES` passes (one item per cache file and pass, ``preserve_order`` so the
-    passes arrive whole and in turn). ``seed`` None: every pass in cache order."""
-
-    def __init__(self, images: CachedImages, wanted: np.ndarray, seed: int | None):
-        import pyarrow.fs as pafs
-        import ray.data
-        from ray.data import DataContext, ExecutionResources, TaskPoolStrategy
-
-        quiet_ray_data()
-        fs, inner = _fs(images.cache)
-        files = sorted(i.path for i in fs.get_file_info(pafs.FileSelector(inner))
-                       if i.path.endswith(".parquet"))
-        prefix = images.cache[: len(images.cache) - len(inner)] if "://" in images.cache \
-            else ""
-        files = [prefix + f for f in files]
-        self.seed, self.files, self.done = seed, len(files), 0
-        items = []
-        for p in range(PASSES):
-            s = -1 if seed is None else (seed + p) % 2**31
-            order = files if s < 0 else [files[k] for k in
-                                         np.random.default_rng(s).permutation(len(files))]
-            items += [{"file": f, "pass": p, "seed": s} for f in order]
-        ctx = DataContext.get_current()
-        ctx.execution_options.resource_limits = ExecutionResources(
-            cpu=images.cpus, object_store_memory=images.memory_mb * 2**20)
-        ctx.execution_options.preserve_order = True
-        # Ray Data's tasks ask for no CPU of their own, so trials (or CV folds) holding
-        # every CPU cannot starve them (ray#29662, ray#24304, ray#41603); ``cpus`` bounds
-        # how many run at once, the object-store limit how much they read ahead
-        n = max(1, int(images.cpus * 2))
-        ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
-            _read_part, fn_kwargs={"wanted": wanted}, batch_size=1, batch_format="numpy",
-            num_cpus=0, compute=TaskPoolStrategy(size=n))
-        self._it = iter(ds.iter_batches(batch_size=None, batch_format="numpy",
-                                        prefetch_batches=2))
-
-    def continues(self, seed: int | None) -> bool:
-        """Whether the next pass is the one a caller with ``seed`` wants."""
-        if self.done >= PASSES:
-            return False
-        return seed is None if self.seed is None else seed == self.seed + self.done
-
-    def next_pass(self) -> Iterator[dict]:
-        """The next pass's blocks (``row``, ``x`` uint8 ``(b, C, H, W)``, ``y``): one per
-        cache file, some empty."""
-        self.done += 1
-        for _ in range(self.files):
-            yield next(self._it)
-
-    def close(self) -> None:
-        self._it = None
-
-
-def _rebatch(blocks: Iterator[dict], batch_size: int, with_rows: bool = False):
-    """Batches of ``batch_size`` rows (the last may be smaller) cut from ``blocks``:
-    ``(x, y)``, or ``(row, x, y)`` with ``with_rows``."""
-    keys = ("row", "x", "y") if with_rows else ("x", "y")
-    held: list[dict] = []
-    count = 0
-    for b in blocks:
-        if len(b["y"]) == 0:
-            continue
-        held.append(b)
-        count += len(b["y"])
-        while count >= batch_size:
-            cat = {k: np.concatenate([h[k] for h in held]) for k in keys}
-            yield tuple(cat[k][:batch_size] for k in keys)
-            rest = {k: v[batch_size:] for k, v in cat.items()}
-            held, count = ([rest] if len(rest["y"]) else []), len(rest["y"])
-    if count:
-        cat = {k: np.concatenate([h[k] for h in held]) for k in keys}
-        yield tuple(cat[k] for k in keys)
+#: this process's lazy datasets of cache rows (:meth:`CachedImages._dataset`)
+_DATASETS: dict = {}
 
 
 def quiet_ray_data() -> None:
@@ -541,8 +442,8 @@ class CachedImages:
     rows: np.ndarray
     image_shape: tuple[int, int, int]
     key: str = ""
-    memory_mb: float = 64.0
-    cpus: float = 0.5
+    memory_mb: float = 256.0
+    cpus: float = 1.0
 
     ndim = 4
     dtype = np.float32
@@ -568,51 +469,76 @@ class CachedImages:
         """What identifies these rows' values: the cache's content key and the row ids."""
         return self.key.encode() + np.ascontiguousarray(self.rows).tobytes()
 
-    def _passes(self, rows: np.ndarray, seed: int | None) -> _Passes:
-        """This process's stream of passes over ``rows`` that continues at ``seed`` (a new
-        one when the last pass read had another row set or was not the seed before)."""
+    def _dataset(self, rows: np.ndarray):
+        """The lazy Ray Data dataset of ``rows`` of the cache, made once per process and
+        rows (its file listing and metadata are read once; each iteration streams anew)."""
+        import ray.data
+        from ray.data import DataContext, ExecutionResources, TaskPoolStrategy
+
         wanted = np.unique(rows)
-        key = (self.cache, hashlib.blake2b(wanted.tobytes(), digest_size=16).digest(),
-               seed is None)
-        live = _STREAMS.get(key)
-        if live is None or not live.continues(seed):
-            if live is not None:
-                live.close()
-            while len(_STREAMS) >= 4:  # a trial's train and validation rows, a fold's two
-                _STREAMS.pop(next(iter(_STREAMS))).close()
-            live = _STREAMS[key] = _Passes(self, wanted, seed)
-        return live
+        key = (self.cache, hashlib.blake2b(wanted.tobytes(), digest_size=16).digest())
+        if key in _DATASETS:
+            return _DATASETS[key]
+        quiet_ray_data()
+        ctx = DataContext.get_current()
+        ctx.execution_options.resource_limits = ExecutionResources(
+            cpu=self.cpus, object_store_memory=self.memory_mb * 2**20)
+        # Ray Data's tasks ask for no CPU of their own, so trials (or CV folds) holding
+        # every CPU cannot starve them (ray#29662, ray#24304, ray#41603); ``cpus`` bounds
+        # how many run at once, the object-store limit how much they hold
+        n = max(1, int(self.cpus * 2))
+        ds = ray.data.read_parquet(self.cache, num_cpus=0, concurrency=n).select_columns(
+            ["row", "x", "y"])
+
+        def select(batch: dict) -> dict:
+            pos = np.searchsorted(wanted, batch["row"])
+            hit = (pos < len(wanted)) & (wanted[np.minimum(pos, len(wanted) - 1)]
+                                         == batch["row"])
+            return {k: v[hit] for k, v in batch.items()}
+
+        ds = ds.map_batches(select, batch_format="numpy", num_cpus=0,
+                            compute=TaskPoolStrategy(size=n))
+        while len(_DATASETS) >= 4:  # a trial's train and validation rows, a fold's two
+            _DATASETS.pop(next(iter(_DATASETS)))
+        _DATASETS[key] = ds
+        return ds
 
     def batches(self, batch_size: int, seed: int | None = None, rank: int = 0,
                 world: int = 1) -> Iterator[tuple[Any, Any]]:
-        """One pass over the rows: training batches ``(x float32 (B, C, H, W), y (B,))`` as
-        torch tensors, each row once.
+        """Training batches ``(x float32 (B, C, H, W), y (B,))`` as torch tensors.
 
-        ``seed`` shuffles: the cache's files in a seeded order and each file's rows in a
-        seeded permutation (the cache's rows were shuffled once when it was built); None
-        streams in cache order. Consecutive seeds continue one Ray Data execution that
-        reads :data:`PASSES` passes ahead, so an epoch after the first starts without Ray
-        Data's start-up and its first batch was read while the last epoch trained. With
-        ``world > 1`` this rank streams a fixed share of the rows (a seeded permutation
-        dealt round-robin, padded as ``DistributedSampler`` pads) in batches of
-        ``batch_size // world``, and yields exactly as many batches as every other rank (a
-        short share repeats its first batch), so collectives stay in step.
+        ``seed`` shuffles (a local buffer of up to :data:`SHUFFLE_ROWS` rows, over a cache
+        whose rows were shuffled once when built); None streams in cache order. With ``world > 1`` this
+        rank streams its share of the rows (as ``DistributedSampler`` deals them, padded)
+        in batches of ``batch_size // world``, and yields exactly as many batches as every
+        other rank (a short stream repeats its first batch), so collectives stay in step.
         """
         import torch
 
         rows = self.rows
         if world > 1:
-            order = np.random.default_rng(0).permutation(len(rows))
-            order = np.resize(order, -(-len(rows) // world) * world)  # padded, as DDP pads
-            rows = rows[order[rank::world]]
+            from torch.utils.data import DistributedSampler
+
+            order = list(DistributedSampler(range(len(rows)), num_replicas=world, rank=rank,
+                                            shuffle=True, seed=seed or 0))
+            rows = rows[np.asarray(order, dtype=np.int64)]
             batch_size = max(1, batch_size // world)
         n_batches = -(-len(rows) // batch_size)
+        it = self._dataset(rows).iter_batches(
+            batch_size=batch_size, batch_format="numpy", prefetch_batches=2,
+            local_shuffle_buffer_size=None if seed is None else min(SHUFFLE_ROWS, len(rows)),
+            local_shuffle_seed=None if seed is None else seed % 2**31)
         first, n = None, 0
-        for x, y in _rebatch(self._passes(rows, seed).next_pass(), batch_size):
-            out = (torch.from_numpy(x.astype(np.float32)).div_(255.0), torch.from_numpy(y))
+        for b in it:
+            if len(b["row"]) == 0:
+                continue
+            out = (torch.from_numpy(b["x"].astype(np.float32)).div_(255.0),
+                   torch.from_numpy(np.array(b["y"])))
             first = first or out
             yield out
             n += 1
+            if world > 1 and n == n_batches:
+                break
         while world > 1 and first is not None and n < n_batches:
             yield first
             n += 1
@@ -621,21 +547,19 @@ class CachedImages:
         """``fn(x)`` for every row, stacked in this array's row order (a row listed twice
         gets its output twice): ``fn`` maps a float32 ``(B, C, H, W)`` batch to ``(B, ...)``.
         Calls ``fn`` ``ceil(N / batch_size)`` times whatever the duplicates (a sharded
-        model's forward pass is a collective: every rank runs as many). Consecutive calls
-        on the same rows (a trial's validation, epoch after epoch) continue one Ray Data
-        execution, as :meth:`batches` does."""
+        model's forward pass is a collective: every rank runs as many)."""
         import torch
 
         outs, ids = [], []
-        x = None
-        for block in _rebatch(self._passes(self.rows, None).next_pass(), batch_size,
-                              with_rows=True):
-            r, xb, _ = block
-            x = torch.from_numpy(xb.astype(np.float32)).div_(255.0)
+        for b in self._dataset(self.rows).iter_batches(
+                batch_size=batch_size, batch_format="numpy", prefetch_batches=2):
+            if len(b["row"]) == 0:
+                continue
+            x = torch.from_numpy(b["x"].astype(np.float32)).div_(255.0)
             outs.append(fn(x))
-            ids.append(r)
+            ids.append(b["row"])
         need = -(-len(self.rows) // batch_size)
-        spare = x if x is not None else torch.zeros((1, *self.image_shape))
+        spare = x if outs else torch.zeros((1, *self.image_shape))
         for _ in range(need - len(outs)):
             fn(spare)  # the padding's forward passes, outputs dropped
         got = torch.cat(outs) if outs else torch.zeros(0)
