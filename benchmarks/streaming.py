@@ -105,17 +105,12 @@ class Sampler:
 
 
 def _spilled_bytes(since: float) -> int:
-    """Bytes Ray spilled in the sessions started after ``since`` (the raylet's own
-    "Spilled N MiB" log lines; 0 when it spilled nothing)."""
-    total = 0
-    for session in Path("/tmp/ray").glob("session_2*"):
-        if session.stat().st_mtime < since:
-            continue
-        for log in session.glob("logs/raylet*.out"):
-            mib = [float(m) for m in re.findall(r"Spilled (\d+(?:\.\d+)?) MiB",
-                                                  log.read_text(errors="replace"))]
-            total += int(max(mib, default=0) * 2**20)
-    return total
+    """Bytes Ray spilled in the local sessions started after ``since``
+    (:func:`automl.cluster.spilled_bytes` of each)."""
+    from automl.cluster import spilled_bytes
+
+    return sum(spilled_bytes(str(s)) for s in Path("/tmp/ray").glob("session_2*")
+               if s.stat().st_mtime >= since)
 
 
 def _one(name: str, path: Path, streaming: bool, work: Path, trials: int, epochs: int,

@@ -308,6 +308,35 @@ IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", "
 SHOWN_PATHS = 3
 
 
+def list_image_folder(root: Path) -> tuple[list[Path], list[list[Path]], int]:
+    """``root/<class>/<image>`` listed without reading an image: the class folders (sorted,
+    hidden ones left out), each one's image files by extension (:data:`IMAGE_EXTENSIONS`,
+    sorted), and how many other files were skipped.
+
+    Raises:
+        DataError: not a folder, fewer than 2 class folders, or a class folder without
+            images (named, with how many other files it holds).
+    """
+    if not root.is_dir():
+        raise DataError("an image_folder source must be a folder", where=str(root))
+    class_dirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    if len(class_dirs) < 2:
+        raise DataError(f"needs one subfolder per class (at least 2); found {len(class_dirs)}",
+                        where=str(root))
+    per_class, skipped = [], 0
+    for d in class_dirs:
+        files = sorted(f for f in d.iterdir() if f.is_file() and not f.name.startswith("."))
+        kept = [f for f in files if f.suffix.lower() in IMAGE_EXTENSIONS]
+        skipped += len(files) - len(kept)
+        if not kept:
+            other = f" ({len(files)} other files skipped)" if files else ""
+            raise DataError(f"class folder holds no images{other}", where=str(d),
+                            fix="add images (.png, .jpg, .bmp, .tif and others) or remove "
+                                "the folder")
+        per_class.append(kept)
+    return class_dirs, per_class, skipped
+
+
 def load_image_folder(root: Path, image_size: int | None = None) -> Dataset:
     """``root/<class>/<image>``: classes are the subfolder names (sorted), every
     non-hidden file in them with an image extension (:data:`IMAGE_EXTENSIONS`) an image
@@ -323,22 +352,9 @@ def load_image_folder(root: Path, image_size: int | None = None) -> Dataset:
     """
     from PIL import Image, UnidentifiedImageError
 
-    if not root.is_dir():
-        raise DataError("an image_folder source must be a folder", where=str(root))
-    class_dirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
-    if len(class_dirs) < 2:
-        raise DataError(f"needs one subfolder per class (at least 2); found {len(class_dirs)}",
-                        where=str(root))
-    images, labels, unreadable, skipped = [], [], [], 0
-    for label, d in enumerate(class_dirs):
-        files = sorted(f for f in d.iterdir() if f.is_file() and not f.name.startswith("."))
-        kept = [f for f in files if f.suffix.lower() in IMAGE_EXTENSIONS]
-        skipped += len(files) - len(kept)
-        if not kept:
-            other = f" ({len(files)} other files skipped)" if files else ""
-            raise DataError(f"class folder holds no images{other}", where=str(d),
-                            fix="add images (.png, .jpg, .bmp, .tif and others) or remove "
-                                "the folder")
+    class_dirs, per_class, skipped = list_image_folder(root)
+    images, labels, unreadable = [], [], []
+    for label, kept in enumerate(per_class):
         for f in kept:
             try:
                 with Image.open(f) as im:

@@ -166,25 +166,11 @@ def _scan_parquet(root: Path, target: str, column: str):
 
 
 def _scan_folder(root: Path):
-    from automl.data._files import IMAGE_EXTENSIONS
+    from automl.data._files import list_image_folder
 
-    if not root.is_dir():
-        raise DataError("an image_folder source must be a folder", where=str(root))
-    class_dirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
-    if len(class_dirs) < 2:
-        raise DataError(f"needs one subfolder per class (at least 2); found {len(class_dirs)}",
-                        where=str(root))
-    paths, labels, skipped = [], [], 0
-    for d in class_dirs:
-        files = sorted(f for f in d.iterdir() if f.is_file() and not f.name.startswith("."))
-        kept = [f for f in files if f.suffix.lower() in IMAGE_EXTENSIONS]
-        skipped += len(files) - len(kept)
-        if not kept:
-            raise DataError("class folder holds no images", where=str(d),
-                            fix="add images (.png, .jpg, .bmp, .tif and others) or remove "
-                                "the folder")
-        paths.extend(str(f) for f in kept)
-        labels.extend([d.name] * len(kept))
+    class_dirs, per_class, skipped = list_image_folder(root)
+    paths = [str(f) for kept in per_class for f in kept]
+    labels = [d.name for d, kept in zip(class_dirs, per_class, strict=True) for _ in kept]
     digests = [hashlib.blake2b(Path(p).read_bytes(), digest_size=16).digest() for p in paths]
     chunks = [{"paths": paths[i:i + 512], "first": i} for i in range(0, len(paths), 512)]
     first = (Path(paths[0]).read_bytes(), paths[0])
