@@ -120,6 +120,13 @@ def test_the_cache_holds_the_same_pixels_and_streams_every_row(images, tmp_path,
                    for x, t in zip(xb, yb.tolist(), strict=True))
         orders.append(y)
     assert not np.array_equal(*orders)
+    # a pass left after one batch (its reader runs ahead): the next pass is whole, once
+    next(iter(X[np.arange(100)].batches(16, seed=4)))
+    y = torch.cat([yb for _, yb in X[np.arange(100)].batches(16, seed=5)]).numpy()
+    assert sorted(y.tolist()) == sorted(scan.y[:100].tolist())
+    # a seed gives the same order whatever the reader read before
+    y = torch.cat([yb for _, yb in X[np.arange(100)].batches(16, seed=1)]).numpy()
+    assert np.array_equal(y, orders[0])
     # two ranks: as many batches each, together every row
     shares = [list(X[np.arange(101)].batches(16, seed=3, rank=r, world=2)) for r in (0, 1)]
     assert len(shares[0]) == len(shares[1]) == 7  # ceil(51 / 8)

@@ -16,12 +16,13 @@ Three steps, one place:
    labels and the preprocessing. A later run whose data did not change reuses it (Ray's
    advice to preprocess once; a per-trial pipeline re-runs it, ray#28171).
 3. :class:`CachedImages` (each trial, CV fold and refit): an array-like of rows of the
-   cache, indexed like ``X[idx]`` without reading anything, that streams its rows with
-   ``ray.data.read_parquet(...).iter_batches`` (rows shuffled once in the cache, then by a
-   local shuffle buffer seeded per epoch; one stream per trial, ray#32586) under per-trial
-   Ray Data limits.
+   cache, indexed like ``X[idx]`` without reading anything, that streams its rows through
+   Ray Data (:class:`_Reader`: one execution reads 16 passes, its tasks keep only the
+   process's rows; a thread holds up to 64 MiB of rows ahead of the training loop; one
+   stream per trial, ray#32586), shuffled once in the cache and then in seeded windows
+   per epoch, under per-trial Ray Data limits.
 
-Source: Ray Data's ``read_parquet`` / ``iter_batches``; Ludwig's Parquet cache for the
+Source: Ray Data's ``from_items`` / ``map_batches`` / ``iter_batches``; Ludwig's Parquet cache for the
 same reason.
 """
 
@@ -47,7 +48,7 @@ STREAM_SHARE = 0.25
 CACHE_FORMAT = "automl.image-cache/1"
 #: the file a finished cache holds (a folder without it is an interrupted build)
 CACHE_META = "_automl_cache.json"
-#: rows of a local shuffle buffer (Ray Data's ``local_shuffle_buffer_size``), at most
+#: rows a stream permutes at once (a local shuffle buffer), at least
 SHUFFLE_ROWS = 4096
 _GRAY = {"1", "L", "LA", "I", "I;16", "F"}
 
@@ -393,8 +394,12 @@ def build_cache(scan: ImageScan, root: str, seed: int = 0,
 
 
 # --------------------------------------------------------------------------- streams
-#: this process's lazy datasets of cache rows (:meth:`CachedImages._dataset`)
-_DATASETS: dict = {}
+#: bytes of rows a stream reads ahead of its consumer: the next pass's first blocks are
+#: there when an epoch starts, instead of waiting for Ray Data's execution to start
+READ_AHEAD_BYTES = 64 * 2**20
+#: this process's readers of cache rows (:meth:`CachedImages._reader`), at most 4: a trial's
+#: train and validation rows, a fold's two
+_READERS: dict = {}
 
 
 def quiet_ray_data() -> None:
@@ -409,6 +414,178 @@ def quiet_ray_data() -> None:
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
+
+
+#: passes over a stream's rows that one Ray Data execution reads (each execution costs
+#: seconds to start: tasks scheduled, workers warmed)
+PASSES_PER_EXECUTION = 16
+
+
+def _read_cache_files(batch: dict, cache: str, wanted: np.ndarray) -> Any:
+    """Ray Data ``map_batches`` function: the rows of ``wanted`` (sorted source row ids) in
+    the cache files of ``batch`` (``file``, ``pass``), as an Arrow table with ``pass``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    fs, _ = _fs(cache)
+    tables = []
+    for name, n in zip(batch["file"], batch["pass"]):
+        t = pq.read_table(str(name), columns=["row", "x", "y"], filesystem=fs,
+                          filters=pc.field("row").isin(pa.array(wanted)))
+        tables.append(t.append_column("pass", pa.array(np.full(t.num_rows, n, np.int64))))
+    return pa.concat_tables(tables)
+
+
+class _Reader:
+    """Passes over the rows ``wanted`` of a cache, one after another, read by a background
+    thread ahead of its consumer, holding about ``max_rows`` rows.
+
+    One Ray Data execution reads :data:`PASSES_PER_EXECUTION` passes (its tasks read one
+    cache file each, keeping only ``wanted``), so an epoch does not wait for an execution
+    to start. Every pass gives the same blocks in the same order (the cache's file order,
+    ``preserve_order``): what a consumer makes of a pass depends on its own seed only, not
+    on how many passes the process read before (a reused trial process). Each
+    :meth:`read` is one pass; while it is consumed the thread goes on to the next, whose
+    first blocks then wait in the queue (the queue's bound is the only limit: an error in
+    one pass ends the passes of its execution). A pass its consumer left early is skipped; an
+    error is raised to the pass's consumer. Source: Ray Data's ``from_items`` /
+    ``map_batches`` / ``iter_batches``; the bounded producer queue of torch's
+    ``DataLoader`` prefetching.
+    """
+
+    def __init__(self, cache: str, wanted: np.ndarray, cpus: float, max_rows: int):
+        import queue
+        import threading
+
+        import pyarrow.fs as pafs
+
+        fs, inner = _fs(cache)
+        infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True))
+        self._files = sorted(i.path for i in infos if i.type == pafs.FileType.File
+                             and i.path.endswith(".parquet"))
+        self._cache, self._wanted, self._cpus = cache, wanted, cpus
+        # blocks are a file's rows: the queue holds about ``max_rows`` rows
+        per_block = max(1, len(wanted) // max(1, len(self._files)))
+        self._queue: queue.Queue = queue.Queue(max(2, max_rows // per_block))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next = 0  # the pass the consumer reads next
+
+    def _dataset(self, first: int):
+        """Passes ``first`` .. ``first + PASSES_PER_EXECUTION - 1`` as one lazy dataset."""
+        import ray.data
+
+        items = [{"file": f, "pass": n} for n in range(first, first + PASSES_PER_EXECUTION)
+                 for f in self._files]
+        n = max(1, int(self._cpus * 2))
+        return ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+            _read_cache_files, fn_kwargs={"cache": self._cache, "wanted": self._wanted},
+            batch_size=1, batch_format="numpy", num_cpus=0, concurrency=n)
+
+    def _put(self, item) -> bool:
+        import queue
+
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        n = 0  # the pass being produced
+        while not self._stop.is_set():
+            last = n + PASSES_PER_EXECUTION  # (exclusive)
+            try:
+                for b in self._dataset(n).iter_batches(
+                        batch_size=None, batch_format="numpy", prefetch_batches=1):
+                    passes = b.pop("pass")
+                    for k in np.unique(passes):  # a block may hold rows of two passes
+                        while n < k:  # pass n is whole
+                            if not self._put((n, None)):
+                                return
+                            n += 1
+                        m = passes == k
+                        if not self._put((n, {c: v[m] for c, v in b.items()})):
+                            return
+                end = None
+            except Exception as e:  # noqa: BLE001 - raised to the consumer of this pass
+                end = e
+            while n < last:
+                if not self._put((n, end)):
+                    return
+                n += 1
+
+    def read(self) -> Iterator[dict]:
+        """The blocks of one pass: dicts of numpy arrays (``row``, ``x``, ``y``)."""
+        import queue
+        import threading
+
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True,
+                                            name="automl-stream-reader")
+            self._thread.start()
+        mine = self._next
+        self._next += 1
+        while True:
+            try:
+                n, block = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                if not self._thread.is_alive():
+                    raise RuntimeError("the stream's reader thread ended") from None
+                continue
+            if n < mine:  # the rest of a pass its consumer left early
+                continue
+            if block is None:
+                return
+            if isinstance(block, Exception):
+                raise block
+            yield block
+
+    def close(self) -> None:
+        """Stop the thread (it ends after its current block)."""
+        self._stop.set()
+
+
+def _rebatch(blocks: Iterator[tuple[np.ndarray, ...]], batch_size: int,
+             rng: np.random.Generator | None = None,
+             window: int = 0) -> Iterator[tuple[np.ndarray, ...]]:
+    """Batches of exactly ``batch_size`` rows (the last one shorter) out of ``blocks`` (tuples
+    of row-aligned arrays). With ``rng``, the rows are permuted in windows of at least
+    ``window`` rows before they are cut (a local shuffle buffer); the rows a window leaves
+    over go into the next one."""
+    parts: list[tuple[np.ndarray, ...]] = []
+    held = 0
+
+    def cut(final: bool):
+        cols = tuple(np.concatenate(c) for c in zip(*parts)) if len(parts) > 1 else parts[0]
+        if rng is not None:
+            perm = rng.permutation(len(cols[0]))
+            cols = tuple(c[perm] for c in cols)
+        n = len(cols[0])
+        end = n if final else n - n % batch_size
+        for s in range(0, end, batch_size):
+            yield tuple(c[s:s + batch_size] for c in cols)
+        return [tuple(c[end:] for c in cols)] if end < n else []
+
+    for block in blocks:
+        if len(block[0]) == 0:
+            continue
+        parts.append(block)
+        held += len(block[0])
+        if held >= max(window, batch_size):
+            parts = yield from cut(final=False)
+            held = len(parts[0][0]) if parts else 0
+    if held:
+        yield from cut(final=True)
+
+
+def _member(rows: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Boolean mask of ``rows`` that are in the sorted, unique ``wanted``."""
+    pos = np.searchsorted(wanted, rows)
+    return (pos < len(wanted)) & (wanted[np.minimum(pos, len(wanted) - 1)] == rows)
 
 
 @dataclass(frozen=True, eq=False)
@@ -455,77 +632,75 @@ class CachedImages:
         """What identifies these rows' values: the cache's content key and the row ids."""
         return self.key.encode() + np.ascontiguousarray(self.rows).tobytes()
 
-    def _dataset(self, rows: np.ndarray):
-        """The lazy Ray Data dataset of ``rows`` of the cache, made once per process and
-        rows (its file listing and metadata are read once; each iteration streams anew)."""
-        import ray.data
-        from ray.data import DataContext, ExecutionResources, TaskPoolStrategy
+    def _reader(self) -> _Reader:
+        """This process's :class:`_Reader` of this array's rows (each row once per pass),
+        made once per process and row set (the cache's files are listed once)."""
+        from ray.data import DataContext, ExecutionResources
 
-        wanted = np.unique(rows)
+        wanted = np.unique(self.rows)
         key = (self.cache, hashlib.blake2b(wanted.tobytes(), digest_size=16).digest())
-        if key in _DATASETS:
-            return _DATASETS[key]
+        if key in _READERS:
+            return _READERS[key]
         quiet_ray_data()
         ctx = DataContext.get_current()
-        ctx.execution_options.resource_limits = ExecutionResources(
-            cpu=self.cpus, object_store_memory=self.memory_mb * 2**20)
         # Ray Data's tasks ask for no CPU of their own, so trials (or CV folds) holding
         # every CPU cannot starve them (ray#29662, ray#24304, ray#41603); ``cpus`` bounds
         # how many run at once, the object-store limit how much they hold
-        n = max(1, int(self.cpus * 2))
-        ds = ray.data.read_parquet(self.cache, num_cpus=0, concurrency=n).select_columns(
-            ["row", "x", "y"])
+        ctx.execution_options.resource_limits = ExecutionResources(
+            cpu=self.cpus, object_store_memory=self.memory_mb * 2**20)
+        ctx.execution_options.preserve_order = True  # the same order every run
+        while len(_READERS) >= 4:
+            _READERS.pop(next(iter(_READERS))).close()
+        reader = _Reader(self.cache, wanted, self.cpus, READ_AHEAD_BYTES
+                         // max(1, int(np.prod(self.image_shape))))
+        _READERS[key] = reader
+        return reader
 
-        def select(batch: dict) -> dict:
-            pos = np.searchsorted(wanted, batch["row"])
-            hit = (pos < len(wanted)) & (wanted[np.minimum(pos, len(wanted) - 1)]
-                                         == batch["row"])
-            return {k: v[hit] for k, v in batch.items()}
-
-        ds = ds.map_batches(select, batch_format="numpy", num_cpus=0,
-                            compute=TaskPoolStrategy(size=n))
-        while len(_DATASETS) >= 4:  # a trial's train and validation rows, a fold's two
-            _DATASETS.pop(next(iter(_DATASETS)))
-        _DATASETS[key] = ds
-        return ds
+    def _blocks(self, keep: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, ...]]:
+        """One pass's blocks ``(x uint8 (B, C, H, W), y (B,), row (B,))``, only rows in the
+        sorted ``keep`` when given."""
+        for b in self._reader().read():
+            if keep is None:
+                yield b["x"], b["y"], b["row"]
+            else:
+                m = _member(b["row"], keep)
+                yield b["x"][m], b["y"][m], b["row"][m]
 
     def batches(self, batch_size: int, seed: int | None = None, rank: int = 0,
                 world: int = 1) -> Iterator[tuple[Any, Any]]:
         """Training batches ``(x float32 (B, C, H, W), y (B,))`` as torch tensors.
 
-        ``seed`` shuffles (a local buffer of up to :data:`SHUFFLE_ROWS` rows, over a cache
-        whose rows were shuffled once when built); None streams in cache order. With ``world > 1`` this
-        rank streams its share of the rows (as ``DistributedSampler`` deals them, padded)
-        in batches of ``batch_size // world``, and yields exactly as many batches as every
-        other rank (a short stream repeats its first batch), so collectives stay in step.
+        ``seed`` shuffles (windows of :data:`SHUFFLE_ROWS` rows permuted by a generator
+        seeded with it, over a cache whose rows were shuffled once when built); None
+        streams in cache order. With ``world > 1`` this rank trains on its share of the
+        rows (as ``DistributedSampler`` deals them for ``seed``) in batches of
+        ``batch_size // world``, and yields exactly as many batches as every other rank (a
+        short stream repeats its first batch), so collectives stay in step. Every rank
+        reads the same pass and keeps its share.
         """
         import torch
 
-        rows = self.rows
+        keep, n_batches = None, None
         if world > 1:
             from torch.utils.data import DistributedSampler
 
-            order = list(DistributedSampler(range(len(rows)), num_replicas=world, rank=rank,
-                                            shuffle=True, seed=seed or 0))
-            rows = rows[np.asarray(order, dtype=np.int64)]
+            order = list(DistributedSampler(range(len(self.rows)), num_replicas=world,
+                                            rank=rank, shuffle=True, seed=seed or 0))
+            keep = np.unique(self.rows[np.asarray(order, dtype=np.int64)])
             batch_size = max(1, batch_size // world)
-        n_batches = -(-len(rows) // batch_size)
-        it = self._dataset(rows).iter_batches(
-            batch_size=batch_size, batch_format="numpy", prefetch_batches=2,
-            local_shuffle_buffer_size=None if seed is None else min(SHUFFLE_ROWS, len(rows)),
-            local_shuffle_seed=None if seed is None else seed % 2**31)
+            n_batches = -(-len(order) // batch_size)
+        rng = None if seed is None else np.random.default_rng(seed)
         first, n = None, 0
-        for b in it:
-            if len(b["row"]) == 0:
-                continue
-            out = (torch.from_numpy(b["x"].astype(np.float32)).div_(255.0),
-                   torch.from_numpy(np.array(b["y"])))
+        for x, y, _ in _rebatch(self._blocks(keep), batch_size, rng,
+                                SHUFFLE_ROWS if rng is not None else 0):
+            out = (torch.from_numpy(x.astype(np.float32)).div_(255.0),
+                   torch.from_numpy(np.array(y)))
             first = first or out
             yield out
             n += 1
-            if world > 1 and n == n_batches:
-                break
-        while world > 1 and first is not None and n < n_batches:
+            if n_batches is not None and n == n_batches:
+                return
+        while n_batches is not None and first is not None and n < n_batches:
             yield first
             n += 1
 
@@ -537,13 +712,10 @@ class CachedImages:
         import torch
 
         outs, ids = [], []
-        for b in self._dataset(self.rows).iter_batches(
-                batch_size=batch_size, batch_format="numpy", prefetch_batches=2):
-            if len(b["row"]) == 0:
-                continue
-            x = torch.from_numpy(b["x"].astype(np.float32)).div_(255.0)
+        for x, _, row in _rebatch(self._blocks(), batch_size):
+            x = torch.from_numpy(x.astype(np.float32)).div_(255.0)
             outs.append(fn(x))
-            ids.append(b["row"])
+            ids.append(row)
         need = -(-len(self.rows) // batch_size)
         spare = x if outs else torch.zeros((1, *self.image_shape))
         for _ in range(need - len(outs)):
