@@ -17,10 +17,10 @@ Three steps, one place:
    advice to preprocess once; a per-trial pipeline re-runs it, ray#28171).
 3. :class:`CachedImages` (each trial, CV fold and refit): an array-like of rows of the
    cache, indexed like ``X[idx]`` without reading anything, that streams its rows through
-   Ray Data (:class:`_Reader`: one execution reads 16 passes, its tasks keep only the
-   process's rows; a thread holds up to 64 MiB of rows ahead of the training loop; one
-   stream per trial, ray#32586), shuffled once in the cache and then in seeded windows
-   per epoch, under per-trial Ray Data limits.
+   Ray Data (:class:`_Reader`: Ray Data tasks read chunks of cache files keeping only the
+   process's rows; a thread reads up to one pass ahead of the training loop, never
+   holding back an execution; one stream per trial, ray#32586), shuffled once in the
+   cache and then in seeded windows per epoch, under per-trial Ray Data limits.
 
 Source: Ray Data's ``from_items`` / ``map_batches`` / ``iter_batches``; Ludwig's Parquet cache for the
 same reason.
@@ -416,45 +416,45 @@ def quiet_ray_data() -> None:
     ctx.print_on_execution_start = False
 
 
-#: passes over a stream's rows that one Ray Data execution reads (each execution costs
-#: seconds to start: tasks scheduled, workers warmed)
-PASSES_PER_EXECUTION = 16
+#: bytes of rows one Ray Data execution of a stream reads (a chunk of cache files)
+CHUNK_BYTES = 16 * 2**20
 
 
 def _read_cache_files(batch: dict, cache: str, wanted: np.ndarray) -> Any:
     """Ray Data ``map_batches`` function: the rows of ``wanted`` (sorted source row ids) in
-    the cache files of ``batch`` (``file``, ``pass``), as an Arrow table with ``pass``."""
+    the cache files of ``batch`` (``file``), as one Arrow table."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     fs, _ = _fs(cache)
     tables = []
-    for name, n in zip(batch["file"], batch["pass"]):
-        t = pq.read_table(str(name), columns=["row", "x", "y"], filesystem=fs,
-                          filters=pc.field("row").isin(pa.array(wanted)))
-        tables.append(t.append_column("pass", pa.array(np.full(t.num_rows, n, np.int64))))
+    for name in batch["file"]:
+        tables.append(pq.read_table(str(name), columns=["row", "x", "y"], filesystem=fs,
+                                    filters=pc.field("row").isin(pa.array(wanted))))
     return pa.concat_tables(tables)
 
 
 class _Reader:
     """Passes over the rows ``wanted`` of a cache, one after another, read by a background
-    thread ahead of its consumer, holding about ``max_rows`` rows.
+    thread at most one pass ahead of its consumer, holding at most ``max_rows`` rows.
 
-    One Ray Data execution reads :data:`PASSES_PER_EXECUTION` passes (its tasks read one
-    cache file each, keeping only ``wanted``), so an epoch does not wait for an execution
-    to start. Every pass gives the same blocks in the same order (the cache's file order,
-    ``preserve_order``): what a consumer makes of a pass depends on its own seed only, not
-    on how many passes the process read before (a reused trial process). Each
-    :meth:`read` is one pass; while it is consumed the thread goes on to the next, whose
-    first blocks then wait in the queue (the queue's bound is the only limit: an error in
-    one pass ends the passes of its execution). A pass its consumer left early is skipped; an
-    error is raised to the pass's consumer. Source: Ray Data's ``from_items`` /
-    ``map_batches`` / ``iter_batches``; the bounded producer queue of torch's
-    ``DataLoader`` prefetching.
+    The thread reads a pass as chunks of cache files (about :data:`CHUNK_BYTES` of rows
+    each), one Ray Data execution per chunk (tasks that read one file each and keep only
+    ``wanted``), and starts a chunk only when the queue has room for all of it: an
+    execution is never held back by its consumer. (A held-back execution's scheduling loop
+    spins: measured here, a whole core while the trial trained, with Ray 2.60.) The next
+    pass's first chunks are read while this one is consumed, so an epoch after the first
+    does not wait for Ray Data to start. Every pass gives the same blocks in the same order
+    (the cache's file order, ``preserve_order``): what a consumer makes of a pass depends
+    on its own seed only, not on how many passes the process read before (a reused trial
+    process). A pass its consumer left early is skipped; an error is raised to the
+    consumer of the pass it hit. Source: Ray Data's ``from_items`` / ``map_batches`` /
+    ``iter_batches``; the bounded producer queue of torch's ``DataLoader`` prefetching.
     """
 
-    def __init__(self, cache: str, wanted: np.ndarray, cpus: float, max_rows: int):
+    def __init__(self, cache: str, wanted: np.ndarray, cpus: float, row_bytes: int,
+                 max_rows: int, store_bytes: float):
         import queue
         import threading
 
@@ -465,58 +465,73 @@ class _Reader:
         self._files = sorted(i.path for i in infos if i.type == pafs.FileType.File
                              and i.path.endswith(".parquet"))
         self._cache, self._wanted, self._cpus = cache, wanted, cpus
-        # blocks are a file's rows: the queue holds about ``max_rows`` rows
-        per_block = max(1, len(wanted) // max(1, len(self._files)))
-        self._queue: queue.Queue = queue.Queue(max(2, max_rows // per_block))
+        self._store_bytes = store_bytes
+        # the wanted rows of a file, about (the cache's rows were shuffled when written)
+        per_file = max(1, -(-len(wanted) // max(1, len(self._files))))
+        files = max(1, CHUNK_BYTES // (per_file * row_bytes))
+        self._chunks = [self._files[i:i + files] for i in range(0, len(self._files), files)]
+        self._chunk_rows = per_file * files
+        self._max_rows = max(max_rows, 2 * self._chunk_rows)
+        self._queue: queue.Queue = queue.Queue()
+        self._held = 0  # rows in the queue
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next = 0  # the pass the consumer reads next
+        self._turn = threading.Condition()  # the consumer started a pass, or took rows
 
-    def _dataset(self, first: int):
-        """Passes ``first`` .. ``first + PASSES_PER_EXECUTION - 1`` as one lazy dataset."""
+    def _dataset(self, files: list[str]):
+        """One chunk of cache files as a lazy dataset of its wanted rows."""
         import ray.data
+        from ray.data import ExecutionResources
 
-        items = [{"file": f, "pass": n} for n in range(first, first + PASSES_PER_EXECUTION)
-                 for f in self._files]
-        n = max(1, int(self._cpus * 2))
-        return ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+        ds = ray.data.from_items([{"file": f} for f in files],
+                                 override_num_blocks=len(files)).map_batches(
             _read_cache_files, fn_kwargs={"cache": self._cache, "wanted": self._wanted},
-            batch_size=1, batch_format="numpy", num_cpus=0, concurrency=n)
+            batch_size=1, batch_format="numpy", num_cpus=0,
+            concurrency=max(1, min(len(files), int(self._cpus * 2))))
+        # Ray Data's tasks ask for no CPU of their own, so trials (or CV folds) holding
+        # every CPU cannot starve them (ray#29662, ray#24304, ray#41603); ``cpus`` bounds
+        # how many run at once, the object-store limit what they hold
+        options = ds.context.execution_options
+        options.resource_limits = ExecutionResources(cpu=self._cpus,
+                                                     object_store_memory=self._store_bytes)
+        options.preserve_order = True  # the same blocks in the same order every pass
+        return ds
 
-    def _put(self, item) -> bool:
-        import queue
+    def _wait(self, ready) -> bool:
+        """Wait until ``ready()`` (under the lock); False: stopped."""
+        with self._turn:
+            while not ready():
+                if self._stop.is_set():
+                    return False
+                self._turn.wait(0.5)
+        return not self._stop.is_set()
 
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.5)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def _put(self, item, rows: int = 0) -> None:
+        with self._turn:
+            self._held += rows
+        self._queue.put(item)
 
     def _run(self) -> None:
-        n = 0  # the pass being produced
-        while not self._stop.is_set():
-            last = n + PASSES_PER_EXECUTION  # (exclusive)
+        n = 0  # the pass being read
+        while True:
+            # one pass ahead of the consumer at most
+            if not self._wait(lambda n=n: n <= self._next):
+                return
             try:
-                for b in self._dataset(n).iter_batches(
-                        batch_size=None, batch_format="numpy", prefetch_batches=1):
-                    passes = b.pop("pass")
-                    for k in np.unique(passes):  # a block may hold rows of two passes
-                        while n < k:  # pass n is whole
-                            if not self._put((n, None)):
-                                return
-                            n += 1
-                        m = passes == k
-                        if not self._put((n, {c: v[m] for c, v in b.items()})):
-                            return
+                for files in self._chunks:
+                    if not self._wait(lambda: self._held + self._chunk_rows
+                                      <= self._max_rows or self._held == 0):
+                        return
+                    for b in self._dataset(files).iter_batches(
+                            batch_size=None, batch_format="numpy", prefetch_batches=1):
+                        if len(b["row"]):
+                            self._put((n, b), len(b["row"]))
                 end = None
             except Exception as e:  # noqa: BLE001 - raised to the consumer of this pass
                 end = e
-            while n < last:
-                if not self._put((n, end)):
-                    return
-                n += 1
+            self._put((n, end))
+            n += 1
 
     def read(self) -> Iterator[dict]:
         """The blocks of one pass: dicts of numpy arrays (``row``, ``x``, ``y``)."""
@@ -527,8 +542,10 @@ class _Reader:
             self._thread = threading.Thread(target=self._run, daemon=True,
                                             name="automl-stream-reader")
             self._thread.start()
-        mine = self._next
-        self._next += 1
+        with self._turn:
+            mine = self._next
+            self._next += 1
+            self._turn.notify_all()
         while True:
             try:
                 n, block = self._queue.get(timeout=1.0)
@@ -536,6 +553,10 @@ class _Reader:
                 if not self._thread.is_alive():
                     raise RuntimeError("the stream's reader thread ended") from None
                 continue
+            if isinstance(block, dict):
+                with self._turn:
+                    self._held -= len(block["row"])
+                    self._turn.notify_all()
             if n < mine:  # the rest of a pass its consumer left early
                 continue
             if block is None:
@@ -545,8 +566,10 @@ class _Reader:
             yield block
 
     def close(self) -> None:
-        """Stop the thread (it ends after its current block)."""
+        """Stop the thread (it ends after its current chunk)."""
         self._stop.set()
+        with self._turn:
+            self._turn.notify_all()
 
 
 def _rebatch(blocks: Iterator[tuple[np.ndarray, ...]], batch_size: int,
@@ -597,7 +620,8 @@ class CachedImages:
     Attributes:
         cache: the cache folder (:func:`build_cache`); rows: int64 ``(N,)`` source row ids,
             in this array's order; image_shape: ``(C, H, W)``.
-        memory_mb: the object-store bytes (MiB) this stream's Ray Data execution may hold.
+        memory_mb: the object-store bytes (MiB) this stream's Ray Data execution may hold at
+            most (it holds a few blocks: :class:`_Reader`).
         cpus: the CPUs its Ray Data tasks may take at once (outside the trial's own).
     """
 
@@ -635,24 +659,16 @@ class CachedImages:
     def _reader(self) -> _Reader:
         """This process's :class:`_Reader` of this array's rows (each row once per pass),
         made once per process and row set (the cache's files are listed once)."""
-        from ray.data import DataContext, ExecutionResources
-
         wanted = np.unique(self.rows)
         key = (self.cache, hashlib.blake2b(wanted.tobytes(), digest_size=16).digest())
         if key in _READERS:
             return _READERS[key]
         quiet_ray_data()
-        ctx = DataContext.get_current()
-        # Ray Data's tasks ask for no CPU of their own, so trials (or CV folds) holding
-        # every CPU cannot starve them (ray#29662, ray#24304, ray#41603); ``cpus`` bounds
-        # how many run at once, the object-store limit how much they hold
-        ctx.execution_options.resource_limits = ExecutionResources(
-            cpu=self.cpus, object_store_memory=self.memory_mb * 2**20)
-        ctx.execution_options.preserve_order = True  # the same order every run
         while len(_READERS) >= 4:
             _READERS.pop(next(iter(_READERS))).close()
-        reader = _Reader(self.cache, wanted, self.cpus, READ_AHEAD_BYTES
-                         // max(1, int(np.prod(self.image_shape))))
+        row_bytes = max(1, int(np.prod(self.image_shape)))  # uint8 pixels
+        reader = _Reader(self.cache, wanted, self.cpus, row_bytes,
+                         READ_AHEAD_BYTES // row_bytes, self.memory_mb * 2**20)
         _READERS[key] = reader
         return reader
 
