@@ -9,6 +9,11 @@ import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("WANDB_MODE", "offline")
+# torch's OpenMP threads wait for each other by spinning (libgomp's default): with another
+# process on one of 2 cores, a 2-thread training of a small digits ResNet took 25-160 s
+# against 0.6-1.2 s with passive waits (and 0.6 s either way on an idle machine). Set
+# before torch loads libgomp; the job subprocesses and Ray's workers inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,7 @@
 """The benchmarks keep working: the whole ``--quick`` run writes every documented record,
-the search-quality simulation replays Ray Tune exactly, and the pure helpers compute what
-they claim. Benchmarks measure; nothing here checks a speed."""
+the search-quality simulation replays Ray Tune exactly (the benchmark's own check, run by
+its quick test), and the pure helpers compute what they claim. Benchmarks measure; nothing
+here checks a speed."""
 
 from __future__ import annotations
 
@@ -10,12 +11,9 @@ import subprocess
 import sys
 
 import pytest
-import ray.cloudpickle
 from conftest import REPO
 
 sys.path.insert(0, str(REPO))
-# Ray's workers cannot import this test module: ship its functions (the objective) by value
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 from benchmarks import _simulate, scaling, search_quality  # noqa: E402
 from benchmarks.__main__ import ORDER, main  # noqa: E402
@@ -31,17 +29,16 @@ def _stack(sampler: str):
     return search_quality._stack(exp)
 
 
-def test_simulation_replays_ray_tune_report_by_report(ray_cluster, tmp_path):
-    """The simulator drives the search core's public methods; through a real Tuner (the
-    project's adapters) the same objects give the same reports (and
+def test_simulated_asha_stops_trials_at_its_rungs():
+    """The simulator drives the search core's public methods with ASHA (grace 1, rf 3, max
+    9). That a real Tuner (the project's adapters) gives the same reports, report by report,
+    is the search-quality benchmark's Tune check, asserted by
+    ``test_search_quality_quick_writes_its_record`` below (and
     tests/test_benchmark_simulator.py checks that the benchmark's driver gives the
     simulator's)."""
     search, policy = _stack("tpe")
-    real = _simulate.run_tune_runtime(search, policy, bowl, 60, 9, str(tmp_path))
     sim = _simulate.simulate(search(), policy(), bowl, 60, 9)
-    assert len(real) == len(sim) == 60
-    assert [r[:2] for r in real] == [s[:2] for s in sim]
-    assert [r[2] for r in real] == pytest.approx([s[2] for s in sim], abs=1e-12)
+    assert len(sim) == 60
     # ASHA (grace 1, rf 3, max 9) stopped some trials at a rung and let others run on (the
     # first 12 trials probe epoch 1 unjudged, so within 60 epochs the stops are at epoch 3)
     ends = {}

@@ -1,5 +1,5 @@
-"""Ctrl-C (SIGINT to the driver, as ``kill -INT`` sends it) during a real sweep, then in
-its resumed run's cross-validation, and twice before any trial ended: each exits 130
+"""Ctrl-C (SIGINT to the driver, as ``kill -INT`` sends it) twice before any trial ended,
+then during the resumed sweep, then in its resumed run's cross-validation: each exits 130
 within 15 s, says in one line how to resume, publishes nothing (no summary, no registry version), leaves its
 running trials RUNNING in the study (not failed), and ``--resume`` then finishes every
 requested trial with exit 0. Plus the pieces without Ray: the handler and the rule that a
@@ -107,18 +107,53 @@ def _interrupted_output(log: Path, spec: Path, out: Path) -> str:
     return lines[0]
 
 
+def _hard_stop_before_any_trial_ended(spec: Path, out: Path, log: Path) -> None:
+    """A fresh job; once a trial started, Ctrl-C twice: the second stops it at once (exit
+    130, nothing waited for), with the Ray instance it started."""
+    import psutil
+
+    run = out / "ctrlc"
+    proc = _start(["search", str(spec), "--output", str(out), "--dashboard-port", "0"], log)
+    _wait_for(proc, lambda: _events(run, "start") >= 1, "a trial started", log)
+    session = json.loads((run / "ray.json").read_text())["session_dir"]
+    os.kill(proc.pid, signal.SIGINT)
+    _wait_for(proc, lambda: "interrupt: stopping the job" in log.read_text(),
+              "the first Ctrl-C was acknowledged", log, timeout_s=30)
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(30) == 130
+    assert time.monotonic() - t0 < 3.0  # at once: nothing waited for
+    assert "interrupt: stopped at once" in log.read_text()
+    assert _events(run, "end") == 0  # no trial had ended
+    # the Ray instance it started went with it (SIGKILL of every process it started)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        alive = [p.pid for p in psutil.process_iter(["cmdline"])
+                 if any(session in a for a in (p.info["cmdline"] or []))]
+        if not alive:
+            break
+        time.sleep(0.1)
+    assert not alive
+    assert not (run / "summary.json").exists() and not _registered(out)
+
+
 @pytest.mark.timeout(600)
-def test_ctrl_c_in_the_sweep_then_in_cross_validation_each_resumes_to_the_end(tmp_path):
-    """One job interrupted twice: in its sweep (running trials stay RUNNING, the resume
-    continues them from their checkpoints), then, resumed, in its cross-validation (not
-    swallowed; the next resume keeps the search and the logged folds) and resumed to the
-    end. One job for both stages: a fresh job per stage ran the sweep twice."""
+def test_ctrl_c_twice_then_in_the_sweep_then_in_cross_validation_each_resumes_to_the_end(
+        tmp_path):
+    """One job stopped three times: a second Ctrl-C before any trial ended (stops at once),
+    resumed; Ctrl-C in its sweep (running trials stay RUNNING, the resume continues them
+    from their checkpoints); resumed, Ctrl-C in its cross-validation (not swallowed; the
+    next resume keeps the search and the logged folds); resumed to the end. One job for
+    the three: a fresh job per stop ran the sweep and the resume to the end three times."""
     spec, out = write_spec(tmp_path, SPEC), tmp_path / "runs"
     run = out / "ctrlc"
     folds = run / "cv_folds.jsonl"
-    # Ctrl-C in the sweep
+    _hard_stop_before_any_trial_ended(spec, out, tmp_path / "job0.log")
+
+    # resumed after the hard stop; Ctrl-C in the sweep
     log = tmp_path / "job1.log"
-    proc = _start(["search", str(spec), "--output", str(out), "--dashboard-port", "0"], log)
+    proc = _start(["search", str(spec), "--output", str(out), "--resume",
+                   "--dashboard-port", "0"], log)
     _wait_for(proc, lambda: _events(run, "end") >= 2, "2 trials ended", log)
     assert _ctrl_c(proc) <= EXIT_WITHIN_S and proc.returncode == 130
     line = _interrupted_output(log, spec, out)
@@ -147,37 +182,6 @@ def test_ctrl_c_in_the_sweep_then_in_cross_validation_each_resumes_to_the_end(tm
     text = log.read_text()
     assert "resume stage search finished before" in text
     assert "fold trainings done before the resume" in text  # the logged folds are kept
-
-
-@pytest.mark.timeout(600)
-def test_a_second_ctrl_c_stops_at_once_even_before_any_trial_ended(tmp_path):
-    import psutil
-
-    spec, out = write_spec(tmp_path, SPEC), tmp_path / "runs"
-    run, log = out / "ctrlc", tmp_path / "job.log"
-    proc = _start(["search", str(spec), "--output", str(out), "--dashboard-port", "0"], log)
-    _wait_for(proc, lambda: _events(run, "start") >= 1, "a trial started", log)
-    session = json.loads((run / "ray.json").read_text())["session_dir"]
-    os.kill(proc.pid, signal.SIGINT)
-    _wait_for(proc, lambda: "interrupt: stopping the job" in log.read_text(),
-              "the first Ctrl-C was acknowledged", log, timeout_s=30)
-    t0 = time.monotonic()
-    os.kill(proc.pid, signal.SIGINT)
-    assert proc.wait(30) == 130
-    assert time.monotonic() - t0 < 3.0  # at once: nothing waited for
-    assert "interrupt: stopped at once" in log.read_text()
-    assert _events(run, "end") == 0  # no trial had ended
-    # the Ray instance it started went with it (SIGKILL of every process it started)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        alive = [p.pid for p in psutil.process_iter(["cmdline"])
-                 if any(session in a for a in (p.info["cmdline"] or []))]
-        if not alive:
-            break
-        time.sleep(0.1)
-    assert not alive
-    assert not (run / "summary.json").exists() and not _registered(out)
-    _resume_to_the_end(spec, out, log)
 
 
 # ------------------------------------------------------------------------- without Ray
