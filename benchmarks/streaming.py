@@ -150,6 +150,8 @@ def _one(name: str, path: Path, streaming: bool, work: Path, trials: int, epochs
     n_train = summary["data"]["split"]["train"]
     rates = [n_train / r["train_time_s"] for r in rows
              if r.get("train_time_s") and "first_batch_s" in r]
+    later = [n_train / r["train_time_s"] for r in rows
+             if r.get("train_time_s") and "first_batch_s" in r and r.get("epoch", 1) > 1]
     waits = [r["data_wait_s"] / r["train_time_s"] for r in rows
              if r.get("train_time_s") and "data_wait_s" in r]
     cv = json.loads((run_dir / "cv.json").read_text())
@@ -159,6 +161,7 @@ def _one(name: str, path: Path, streaming: bool, work: Path, trials: int, epochs
         "data": summary["data"], "trials": summary["trials"],
         "first_batch_s": float(np.median(firsts)) if firsts else None,
         "rows_per_s": float(np.median(rates)) if rates else None,
+        "rows_per_s_later": float(np.median(later)) if later else None,
         "data_wait_share": float(np.median(waits)) if waits else None,
         "winner": summary["winner"]["trial_id"],
         "winner_config": summary["winner"]["config"],
@@ -219,6 +222,8 @@ def run(quick: bool, ctx: dict) -> Result:
                      rec.get("trials", {}).get("failed", "-"),
                      "-" if rec.get("first_batch_s") is None else f"{rec['first_batch_s']:.2f}",
                      "-" if rec.get("rows_per_s") is None else round(rec["rows_per_s"]),
+                     "-" if rec.get("rows_per_s_later") is None
+                     else round(rec["rows_per_s_later"]),
                      "-" if rec.get("data_wait_share") is None
                      else f"{rec['data_wait_share']:.0%}",
                      rec.get("winner", "-")])
@@ -226,7 +231,8 @@ def run(quick: bool, ctx: dict) -> Result:
         "Each run: `automl search` with 2 concurrent trials (peak memory in MB; trial "
         "processes: Tune's trials and the CV/refit tasks)",
         ["run", "finished", "wall s", "driver RSS", "trial RSS", "trial USS", "spilled MB",
-         "OOM kills", "failed trials", "first batch s", "rows/s", "waiting for data",
+         "OOM kills", "failed trials", "first batch s", "rows/s", "rows/s after epoch 1",
+         "waiting for data",
          "CV winner"], rows))
     s1, s4, m1 = recs["x1_streaming"], recs["x4_streaming"], recs["x1_in_memory"]
     if all(r["rc"] == 0 for r in (s1, s4, m1)):
@@ -240,6 +246,13 @@ def run(quick: bool, ctx: dict) -> Result:
                               "1x to 4x", f"{_trial_mb(s1):.0f} -> {_trial_mb(s4):.0f} MB "
                               f"({g:+.0%})", g <= 0.2))
         ratio = s1["rows_per_s"] / m1["rows_per_s"]
+        if s1.get("rows_per_s_later") and m1.get("rows_per_s_later"):
+            res.notes.append(
+                "After epoch 1 (the stream's first Ray Data execution, its workers started): "
+                f"streaming {s1['rows_per_s_later']:.0f} vs in memory "
+                f"{m1['rows_per_s_later']:.0f} rows/s at 1x "
+                f"({s1['rows_per_s_later'] / m1['rows_per_s_later']:.2f}x); the goal's "
+                "figure is the median over every epoch.")
         res.goals.append(Goal("streaming ingest throughput >= 0.8x in-memory at 1x (same "
                               "model and epochs)", f"{s1['rows_per_s']:.0f} vs "
                               f"{m1['rows_per_s']:.0f} rows/s ({ratio:.2f}x)", ratio >= 0.8))
