@@ -313,12 +313,20 @@ def _fs(path: str):
     return fs, inner
 
 
-def _cache_stats(path: str) -> tuple[int, int]:
+def _cache_files(path: str) -> list:
+    """The Parquet files of the cache at ``path`` (``pyarrow.fs.FileInfo``, sorted by path:
+    the order every stream reads them in)."""
     import pyarrow.fs as pafs
 
     fs, inner = _fs(path)
     infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True))
-    files = [i for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet")]
+    return sorted((i for i in infos if i.type == pafs.FileType.File
+                   and i.path.endswith(".parquet")), key=lambda i: i.path)
+
+
+def _cache_stats(path: str) -> tuple[int, int]:
+    """Files and bytes of the cache at ``path``."""
+    files = _cache_files(path)
     return len(files), int(sum(i.size for i in files))
 
 
@@ -458,12 +466,8 @@ class _Reader:
         import queue
         import threading
 
-        import pyarrow.fs as pafs
 
-        fs, inner = _fs(cache)
-        infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True))
-        self._files = sorted(i.path for i in infos if i.type == pafs.FileType.File
-                             and i.path.endswith(".parquet"))
+        self._files = [i.path for i in _cache_files(cache)]
         self._cache, self._wanted, self._cpus = cache, wanted, cpus
         self._store_bytes = store_bytes
         # the wanted rows of a file, about (the cache's rows were shuffled when written)
