@@ -272,7 +272,8 @@ def run_main_job(
         cluster.keep_cpus(STREAM_CPUS if prepared.scan is not None else 0.0)
         admission = cluster.admit_trials(exp.resources)
         check_storage(exp, admission.nodes)
-        data_info = {**data_info, **prepared.ready(exp, console)}  # a stream's cache
+        data_info = {**data_info, **prepared.ready(exp, console,
+                                                     admission.max_concurrent)}  # a stream's cache
         if not (run_dir / "spec.yaml").exists():
             start_run_dir(exp, run_dir, data_info)
         cluster.record_instance(run_dir, handle)

@@ -41,23 +41,28 @@ class Prepared:
     #: the image scan of data that stream (``automl.data.ImageScan``); None in memory
     scan: Any = None
 
-    def ready(self, exp: Experiment, console: Console | None = None) -> dict:
+    def ready(self, exp: Experiment, console: Console | None = None,
+              concurrent: int = 1) -> dict:
         """Once Ray is up: what the data path needs before any trial reads. In memory,
         nothing; streaming, the Parquet cache built by Ray Data tasks, or found and reused
         (``automl.data.build_cache``). Returns the ``data`` section's path entries
         (``path``: ``in_memory`` or ``streaming``, with the cache's location, size and
-        whether it was reused) and prints them in one line.
+        whether it was reused) and prints them in one line. ``concurrent``: trials that run
+        at once (their streams' read workers are started now, warm).
 
         Raises:
             DataError: an image cannot be decoded or has another size (named).
         """
         if self.scan is None:
             return {"path": "in_memory"}
-        from automl.data import build_cache, cache_root
+        from automl.data import build_cache, cache_root, warm_read_workers
 
         note = None if console is None else (
             lambda line: console.print(line, highlight=False, markup=False))
         info = build_cache(self.scan, cache_root(exp), exp.data.seed, note).to_dict()
+        # the trials' first reads (a train and a validation stream each, two read tasks
+        # at once per stream) find workers that have imported what the reads run on
+        warm_read_workers(min(8, 4 * max(1, concurrent)))
         if console is not None:
             how = ("reused" if info["cache_reused"]
                    else f"built in {info['cache_build_s']:.0f}s")
