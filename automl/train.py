@@ -361,15 +361,13 @@ def evaluate(
 
 def to_tensors(X: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """Copy numpy arrays (possibly read-only, from Ray's object store) into tensors: X
-    float32; y int64 class indices, or float32 values (a regression target). Rows that
-    stream stay a lazy array whose first pass starts reading now (:meth:`automl.data.
-    CachedImages.prefetch`)."""
+    float32; y int64 class indices, or float32 values (a regression target)."""
     from automl.data import is_stream
 
     y = np.asarray(y)
     dtype = torch.long if np.issubdtype(y.dtype, np.integer) else torch.float32
-    if is_stream(X):  # rows that stream stay where they are (read batch by batch),
-        return X.prefetch(), torch.tensor(y, dtype=dtype)  # the first pass read from now
+    if is_stream(X):  # rows that stream stay where they are (read batch by batch)
+        return X, torch.tensor(y, dtype=dtype)
     return torch.tensor(np.asarray(X), dtype=torch.float32), torch.tensor(y, dtype=dtype)
 
 

@@ -147,6 +147,7 @@ def _one(name: str, path: Path, streaming: bool, work: Path, trials: int, epochs
     rows = [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines()
             if line.strip()]
     firsts = [r["first_batch_s"] for r in rows if r.get("epoch") == 1 and "first_batch_s" in r]
+    setups = [r["setup_s"] for r in rows if r.get("epoch") == 1 and "setup_s" in r]
     n_train = summary["data"]["split"]["train"]
     rates = [n_train / r["train_time_s"] for r in rows
              if r.get("train_time_s") and "first_batch_s" in r]
@@ -160,6 +161,7 @@ def _one(name: str, path: Path, streaming: bool, work: Path, trials: int, epochs
     rec.update({
         "data": summary["data"], "trials": summary["trials"],
         "first_batch_s": float(np.median(firsts)) if firsts else None,
+        "setup_s": float(np.median(setups)) if setups else None,
         "rows_per_s": float(np.median(rates)) if rates else None,
         "rows_per_s_later": float(np.median(later)) if later else None,
         "data_wait_share": float(np.median(waits)) if waits else None,
@@ -220,6 +222,7 @@ def run(quick: bool, ctx: dict) -> Result:
                      round(_trial_mb(rec, "uss_mb")),
                      rec["spilled_bytes"] // 2**20, rec["oom_kills"],
                      rec.get("trials", {}).get("failed", "-"),
+                     "-" if rec.get("setup_s") is None else f"{rec['setup_s']:.2f}",
                      "-" if rec.get("first_batch_s") is None else f"{rec['first_batch_s']:.2f}",
                      "-" if rec.get("rows_per_s") is None else round(rec["rows_per_s"]),
                      "-" if rec.get("rows_per_s_later") is None
@@ -231,7 +234,8 @@ def run(quick: bool, ctx: dict) -> Result:
         "Each run: `automl search` with 2 concurrent trials (peak memory in MB; trial "
         "processes: Tune's trials and the CV/refit tasks)",
         ["run", "finished", "wall s", "driver RSS", "trial RSS", "trial USS", "spilled MB",
-         "OOM kills", "failed trials", "first batch s", "rows/s", "rows/s after epoch 1",
+         "OOM kills", "failed trials", "trial setup s", "first batch s", "rows/s",
+         "rows/s after epoch 1",
          "waiting for data",
          "CV winner"], rows))
     s1, s4, m1 = recs["x1_streaming"], recs["x4_streaming"], recs["x1_in_memory"]
@@ -274,7 +278,8 @@ def run(quick: bool, ctx: dict) -> Result:
                      "object-store pages a process maps) and its unique set (USS); the "
                      "driver is the `automl search` process. Throughput is training rows "
                      "per second of training step (the median over trial epochs); first "
-                     "batch is the seconds until an epoch's first batch, at epoch 1.")
+                     "batch is the seconds until an epoch's first batch, at epoch 1; trial setup "
+                     "the seconds from a trial's start to its first epoch (model, costs).")
     res.data = {k: {kk: vv for kk, vv in v.items() if kk != "tail"} for k, v in recs.items()}
     for k, v in recs.items():
         if v["rc"] != 0:

@@ -726,12 +726,6 @@ class CachedImages:
         _READERS[key] = reader
         return reader
 
-    def prefetch(self) -> CachedImages:
-        """Start reading this array's first pass now, in the background (a trial calls it
-        before it builds its model, so Ray Data's start-up overlaps that). Returns self."""
-        self._reader().start()
-        return self
-
     def _blocks(self, keep: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, ...]]:
         """One pass's blocks ``(x uint8 (B, C, H, W), y (B,), row (B,))``, only rows in the
         sorted ``keep`` when given."""
