@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup search test bench bench-setup bench-quick lint docs clean
+.PHONY: setup search test test-bench bench bench-setup bench-quick lint docs clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,10 @@ search: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# the benchmarks' quick runs, each checked for its documented record (CI: after make test)
+test-bench: setup
+	$(BIN)/python -m pytest -q -m bench
 
 # benchmark-only peers (YAHPO Gym, DEHB, Syne Tune, SMAC3): never product dependencies;
 # --no-deps with the lock as constraints, so no pinned version moves

@@ -203,6 +203,7 @@ def test_a_missing_peer_package_fails_that_method_only(monkeypatch, tmp_path):
     assert any("smac not run" in n for n in res.notes)
 
 
+@pytest.mark.bench
 def test_an_interrupted_run_continues_from_its_cell_cache(tmp_path):
     pytest.importorskip("mfpbench")
     ctx = {"problems": ["mfh3"], "seeds": 2, "workers": [1], "methods": ["automl", "random"],

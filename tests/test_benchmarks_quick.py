@@ -136,6 +136,7 @@ CHECKS = {"orchestration": _check_orchestration, "baselines": _check_baselines,
           "compression": _check_compression, "mnist1d": _check_mnist1d}
 
 
+@pytest.mark.bench
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("names", SUITE, ids="+".join)
 def test_quick_benchmark_writes_its_record(names, tmp_path):
@@ -167,6 +168,7 @@ def test_quick_benchmark_writes_its_record(names, tmp_path):
             run["sweep_wall_s"] + run["cv_wall_s"], abs=0.01)
 
 
+@pytest.mark.bench
 def test_search_quality_quick_writes_its_record(tmp_path):
     """``python -m benchmarks --quick --only search_quality --seeds 1`` in a fresh process
     (2 MF-Hartmann problems, automl + 2 peers that need no benchmark-only package, a budget
