@@ -11,8 +11,8 @@ Three steps, one place:
    row indices on both paths.
 2. :func:`build_cache` (Ray Data tasks, once per data set and preprocessing): decode,
    convert and resize every kept image, shuffle the rows once (seeded), and write a sharded
-   Parquet cache (``row``: the source row id, ``x``: uint8 ``(C, H, W)``, ``y``: the
-   target) under a folder named by a content hash of the kept images' digests, their
+   Parquet cache (``row``: the source row id, ``x``: the uint8 ``(C, H, W)`` pixels as one
+   fixed-size binary value, ``y``: the target) under a folder named by a content hash of the kept images' digests, their
    labels and the preprocessing. A later run whose data did not change reuses it (Ray's
    advice to preprocess once; a per-trial pipeline re-runs it, ray#28171).
 3. :class:`CachedImages` (each trial, CV fold and refit): an array-like of rows of the
@@ -45,7 +45,7 @@ from automl.errors import DataError
 #: this share of Ray's object store (the rest is the trials', Ray Data's and spilling's)
 STREAM_SHARE = 0.25
 #: the cache's layout version (part of its content hash)
-CACHE_FORMAT = "automl.image-cache/1"
+CACHE_FORMAT = "automl.image-cache/2"
 #: the file a finished cache holds (a folder without it is an interrupted build)
 CACHE_META = "_automl_cache.json"
 #: rows a stream permutes at once (a local shuffle buffer), at least
@@ -330,8 +330,37 @@ def _cache_stats(path: str) -> tuple[int, int]:
     return len(files), int(sum(i.size for i in files))
 
 
-def _decode_batch(batch: dict, scan: ImageScan) -> dict:
-    """Ray Data ``map_batches`` function: decode the chunks of ``batch`` (one per call)."""
+def _pixels_column(x: np.ndarray):
+    """uint8 images ``(B, C, H, W)`` as an Arrow ``fixed_size_binary(C*H*W)`` column: one
+    value per image. Parquet stores it as FIXED_LEN_BYTE_ARRAY, which reads 15x faster than
+    Ray Data's tensor column (a ``large_list<uint8>``, decoded element by element):
+    measured here, 1,024 RGB 32x32 images in 2.2 ms against 33.5 ms."""
+    import pyarrow as pa
+
+    x = np.ascontiguousarray(x, dtype=np.uint8)
+    width = int(np.prod(x.shape[1:])) if x.ndim > 1 else 0
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(x),
+                                                [None, pa.py_buffer(x.tobytes())])
+
+
+def _pixels(column) -> np.ndarray:
+    """An Arrow ``fixed_size_binary`` column (:func:`_pixels_column`) as uint8 ``(B, width)``
+    (a view of its buffer when it is one chunk)."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    width = column.type.byte_width
+    start = column.offset * width
+    flat = np.frombuffer(column.buffers()[1], np.uint8)[start:start + len(column) * width]
+    return flat.reshape(len(column), width)
+
+
+def _decode_batch(batch: dict, scan: ImageScan):
+    """Ray Data ``map_batches`` function: decode the chunks of ``batch`` (one per call) into
+    an Arrow table of ``row``, ``x`` (:func:`_pixels_column`) and ``y``."""
+    import pyarrow as pa
+
     chunks = [json.loads(c) for c in batch["chunk"]]
     rows, xs, ys = [], [], []
     for r, x, pos in _decode_chunks(chunks, scan, None):
@@ -339,9 +368,10 @@ def _decode_batch(batch: dict, scan: ImageScan) -> dict:
         xs.append(x)
         ys.append(scan.y[pos])
     if not rows:
-        return {"row": np.zeros(0, np.int64), "x": np.zeros((0, *scan.shape), np.uint8),
-                "y": np.zeros(0, scan.y.dtype)}
-    return {"row": np.concatenate(rows), "x": np.concatenate(xs), "y": np.concatenate(ys)}
+        rows, xs = [np.zeros(0, np.int64)], [np.zeros((0, *scan.shape), np.uint8)]
+        ys = [np.zeros(0, scan.y.dtype)]
+    return pa.table({"row": np.concatenate(rows), "x": _pixels_column(np.concatenate(xs)),
+                     "y": np.concatenate(ys)})
 
 
 #: bytes of the smallest piece the cache build's shuffle cuts (a block's rows bound for one
@@ -572,9 +602,11 @@ class _Reader:
                     if not self._wait(lambda: self._held + self._chunk_rows
                                       <= self._max_rows or self._held == 0):
                         return
-                    for b in self._dataset(files).iter_batches(
-                            batch_size=None, batch_format="numpy", prefetch_batches=1):
-                        if len(b["row"]):
+                    for t in self._dataset(files).iter_batches(
+                            batch_size=None, batch_format="pyarrow", prefetch_batches=1):
+                        if t.num_rows:
+                            b = {"row": t.column("row").to_numpy(), "x": _pixels(t.column("x")),
+                                 "y": t.column("y").to_numpy()}
                             self._put((n, b), len(b["row"]))
                 end = None
             except Exception as e:  # noqa: BLE001 - raised to the consumer of this pass
@@ -592,7 +624,8 @@ class _Reader:
             self._thread.start()
 
     def read(self) -> Iterator[dict]:
-        """The blocks of one pass: dicts of numpy arrays (``row``, ``x``, ``y``)."""
+        """The blocks of one pass: dicts of numpy arrays (``row``, ``x`` uint8 ``(B, C*H*W)``,
+        ``y``)."""
         import queue
 
         self.start()
@@ -730,11 +763,12 @@ class CachedImages:
         """One pass's blocks ``(x uint8 (B, C, H, W), y (B,), row (B,))``, only rows in the
         sorted ``keep`` when given."""
         for b in self._reader().read():
+            x = b["x"].reshape(len(b["x"]), *self.image_shape)
             if keep is None:
-                yield b["x"], b["y"], b["row"]
+                yield x, b["y"], b["row"]
             else:
                 m = _member(b["row"], keep)
-                yield b["x"][m], b["y"][m], b["row"][m]
+                yield x[m], b["y"][m], b["row"][m]
 
     def batches(self, batch_size: int, seed: int | None = None, rank: int = 0,
                 world: int = 1) -> Iterator[tuple[Any, Any]]:
