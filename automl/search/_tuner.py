@@ -230,8 +230,10 @@ def run_search(
                     num_samples=search.remaining,
                     max_concurrent_trials=admission.max_concurrent,
                     time_budget_s=exp.search.time_budget_s,
-                    # a Train V2 controller cannot be reset in place: fresh actors for DDP
-                    reuse_actors=not exp.resources.distributed,
+                    # the trial process is reused, a data-parallel trial's too (its
+                    # TorchTrainer, controller and workers are new each trial): a new
+                    # Tune actor per data-parallel trial cost 4.1 s between trials here
+                    reuse_actors=True,
                     trial_dirname_creator=lambda t: f"trial_{t.config.get(TRIAL_KEY)}",
                 ),
                 run_config=tune.RunConfig(
