@@ -54,16 +54,23 @@ tracking: {{backend: none}}
 """
 
 
+#: which kind a process that showed several titles is counted under (higher wins)
+_RANK = {"ray": 0, "idle": 1, "data": 2, "folds": 3, "trials": 4, "driver": 5}
+
+
 class Sampler:
     """Peak RSS and USS (bytes) of the driver ``pid`` and of Ray's worker processes, by
     their process title (``ray::ImplicitFunc`` is a trial, ``ray::fit_predict`` a fold...),
     sampled on a thread until :meth:`stop`: RSS every ``every`` seconds (``/proc/PID/statm``,
     cheap), USS every ``uss_every`` (``smaps``: reading it for every process twice a second
-    took half a core here, slowing the runs it measured)."""
+    took half a core here, slowing the runs it measured). It also sums the CPU seconds
+    (user + system) of every process under the driver (its Ray instance's included) by
+    :meth:`cpu_kind`: each process's last reading, under the last title it showed."""
 
     def __init__(self, pid: int, every: float = 0.5, uss_every: float = 5.0):
         self.pid, self.every, self.uss_every = pid, every, uss_every
         self.peaks: dict[str, dict[str, int]] = {}
+        self.cpu: dict[int, tuple[str, float]] = {}  # pid -> (kind, CPU seconds)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -82,11 +89,56 @@ class Sampler:
             return title
         return None
 
+    @staticmethod
+    def cpu_kind(p) -> str:
+        """``driver``, ``trials`` (Tune's trial processes), ``folds`` (CV and refit tasks),
+        ``data`` (Ray Data's tasks and actors, the read workers' warm-up, other tasks),
+        ``idle`` (Ray workers seen idle only) or ``ray`` (raylet, GCS, dashboard, agents,
+        workers not yet titled)."""
+        try:
+            title = (p.cmdline()[:1] or [""])[0].split(" ")[0]
+        except Exception:  # noqa: BLE001 - gone
+            return "ray"
+        if not title.startswith("ray::"):
+            return "ray"
+        if "ImplicitFunc" in title or "run_trial" in title:
+            return "trials"
+        if "fit_predict" in title or "refit" in title.lower():
+            return "folds"
+        if title.startswith("ray::IDLE"):
+            return "idle"
+        return "data"
+
+    def _cpu(self, psutil) -> None:
+        try:
+            procs = [psutil.Process(self.pid)]
+            procs += procs[0].children(recursive=True)
+        except Exception:  # noqa: BLE001 - the driver is gone
+            return
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except Exception:  # noqa: BLE001 - gone
+                continue
+            kind = "driver" if p.pid == self.pid else self.cpu_kind(p)
+            prev = self.cpu.get(p.pid, ("ray", 0.0))[0]
+            if _RANK[prev] > _RANK[kind]:
+                kind = prev  # a worker keeps the weightiest kind of work it was seen doing
+            self.cpu[p.pid] = (kind, t.user + t.system)
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        """CPU seconds by :meth:`cpu_kind` over the run (processes seen by the sampler)."""
+        out: dict[str, float] = {}
+        for kind, seconds in self.cpu.values():
+            out[kind] = out.get(kind, 0.0) + seconds
+        return {k: round(v, 1) for k, v in sorted(out.items())}
+
     def _run(self) -> None:
         import psutil
 
         last_uss = 0.0
         while not self._stop.wait(self.every):
+            self._cpu(psutil)
             uss = time.monotonic() - last_uss >= self.uss_every
             last_uss = time.monotonic() if uss else last_uss
             for p in psutil.process_iter():
@@ -137,7 +189,8 @@ def _one(name: str, path: Path, streaming: bool, work: Path, trials: int, epochs
     wall = time.time() - t0
     run_dir = out / name
     rec: dict = {"name": name, "streaming": streaming, "rc": proc.returncode, "wall_s": wall,
-                 "memory": peaks, "spilled_bytes": _spilled_bytes(t0),  # (summary's below)
+                 "memory": peaks, "cpu_s": sampler.cpu_by_kind(),
+                 "spilled_bytes": _spilled_bytes(t0),  # (summary's below)
                  "oom_kills": len(re.findall(r"OutOfMemoryError|killed due to memory|"
                                               r"memory pressure", text))}
     if proc.returncode != 0:
@@ -238,6 +291,13 @@ def run(quick: bool, ctx: dict) -> Result:
          "rows/s after epoch 1",
          "waiting for data",
          "CV winner"], rows))
+    kinds = ("driver", "trials", "folds", "data", "idle", "ray")
+    res.tables.append(Table(
+        "CPU seconds of each run by process (user + system, sampled twice a second: a "
+        "process's last half second before it exits is missed)",
+        ["run", *kinds, "all"],
+        [[name, *(rec.get("cpu_s", {}).get(k, 0.0) for k in kinds),
+          round(sum(rec.get("cpu_s", {}).values()), 1)] for name, rec in recs.items()]))
     s1, s4, m1 = recs["x1_streaming"], recs["x4_streaming"], recs["x1_in_memory"]
     if all(r["rc"] == 0 for r in (s1, s4, m1)):
         for label, kinds in (("driver", ("driver",)),):
