@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import Goal, Result, Table
+from benchmarks._common import Goal, ProcessCPU, Result, Table, ray_title
 
 NAME, TITLE = "streaming", "Streaming through Ray Data against in-memory data (issue 42)"
 REPO = Path(__file__).resolve().parent.parent
@@ -54,10 +54,6 @@ tracking: {{backend: none}}
 """
 
 
-#: which kind a process that showed several titles is counted under (higher wins)
-_RANK = {"ray": 0, "idle": 1, "data": 2, "folds": 3, "trials": 4, "driver": 5}
-
-
 class Sampler:
     """Peak RSS and USS (bytes) of the driver ``pid`` and of Ray's worker processes, by
     their process title (``ray::ImplicitFunc`` is a trial, ``ray::fit_predict`` a fold...),
@@ -65,12 +61,14 @@ class Sampler:
     cheap), USS every ``uss_every`` (``smaps``: reading it for every process twice a second
     took half a core here, slowing the runs it measured). It also sums the CPU seconds
     (user + system) of every process under the driver (its Ray instance's included) by
-    :meth:`cpu_kind`: each process's last reading, under the last title it showed."""
+    :meth:`cpu_kind` (:class:`~benchmarks._common.ProcessCPU`)."""
 
     def __init__(self, pid: int, every: float = 0.5, uss_every: float = 5.0):
         self.pid, self.every, self.uss_every = pid, every, uss_every
         self.peaks: dict[str, dict[str, int]] = {}
-        self.cpu: dict[int, tuple[str, float]] = {}  # pid -> (kind, CPU seconds)
+        # a worker counts as the weightiest kind of work it was seen doing
+        self.cpu = ProcessCPU(self.cpu_kind, pid,
+                              rank=("ray", "idle", "data", "folds", "trials", "driver"))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -89,56 +87,32 @@ class Sampler:
             return title
         return None
 
-    @staticmethod
-    def cpu_kind(p) -> str:
+    def cpu_kind(self, p) -> str:
         """``driver``, ``trials`` (Tune's trial processes), ``folds`` (CV and refit tasks),
         ``data`` (Ray Data's tasks and actors, the read workers' warm-up, other tasks),
         ``idle`` (Ray workers seen idle only) or ``ray`` (raylet, GCS, dashboard, agents,
         workers not yet titled)."""
-        try:
-            title = (p.cmdline()[:1] or [""])[0].split(" ")[0]
-        except Exception:  # noqa: BLE001 - gone
+        if p.pid == self.pid:
+            return "driver"
+        title = ray_title(p)
+        if title is None:
             return "ray"
-        if not title.startswith("ray::"):
-            return "ray"
-        if "ImplicitFunc" in title or "run_trial" in title:
+        if title in ("ImplicitFunc", "run_trial"):
             return "trials"
-        if "fit_predict" in title or "refit" in title.lower():
+        if title == "fit_predict" or "refit" in title.lower():
             return "folds"
-        if title.startswith("ray::IDLE"):
-            return "idle"
-        return "data"
-
-    def _cpu(self, psutil) -> None:
-        try:
-            procs = [psutil.Process(self.pid)]
-            procs += procs[0].children(recursive=True)
-        except Exception:  # noqa: BLE001 - the driver is gone
-            return
-        for p in procs:
-            try:
-                t = p.cpu_times()
-            except Exception:  # noqa: BLE001 - gone
-                continue
-            kind = "driver" if p.pid == self.pid else self.cpu_kind(p)
-            prev = self.cpu.get(p.pid, ("ray", 0.0))[0]
-            if _RANK[prev] > _RANK[kind]:
-                kind = prev  # a worker keeps the weightiest kind of work it was seen doing
-            self.cpu[p.pid] = (kind, t.user + t.system)
+        return "idle" if title == "IDLE" else "data"
 
     def cpu_by_kind(self) -> dict[str, float]:
         """CPU seconds by :meth:`cpu_kind` over the run (processes seen by the sampler)."""
-        out: dict[str, float] = {}
-        for kind, seconds in self.cpu.values():
-            out[kind] = out.get(kind, 0.0) + seconds
-        return {k: round(v, 1) for k, v in sorted(out.items())}
+        return {k: v["cpu_s"] for k, v in self.cpu.totals().items()}
 
     def _run(self) -> None:
         import psutil
 
         last_uss = 0.0
         while not self._stop.wait(self.every):
-            self._cpu(psutil)
+            self.cpu.sample()
             uss = time.monotonic() - last_uss >= self.uss_every
             last_uss = time.monotonic() if uss else last_uss
             for p in psutil.process_iter():
