@@ -170,7 +170,9 @@ def run(quick: bool, ctx: dict) -> Result:
     work = Path(tempfile.mkdtemp(prefix="bench-scaling-"))
     ddp_landed = _ddp_landed()
     sweeps = _sweeps(quick, ddp_landed)
-    cpu = ProcessCPU(ray_title).start()  # every Ray process of the machine, by its title
+    # every Ray process of the machine, by its title; a prestarted worker (IDLE) that
+    # becomes one of Train's actors counts as that actor
+    cpu = ProcessCPU(ray_title, rank=("IDLE", *(t for t, _ in TRAIN_PROCESSES))).start()
     try:
         runs = _run_sweeps(sweeps, quick, work / "sweeps")
     finally:
