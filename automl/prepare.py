@@ -55,14 +55,19 @@ class Prepared:
         """
         if self.scan is None:
             return {"path": "in_memory"}
-        from automl.data import build_cache, cache_root, warm_read_workers
+        from automl.cluster._ray_private import tune_trial_runtime_env
+        from automl.data import build_cache, cache_root, start_ray_data, warm_read_workers
 
         note = None if console is None else (
             lambda line: console.print(line, highlight=False, markup=False))
         info = build_cache(self.scan, cache_root(exp), exp.data.seed, note).to_dict()
-        # the trials' first reads (a train and a validation stream each, two read tasks
-        # at once per stream) find workers that have imported what the reads run on
-        warm_read_workers(min(8, 4 * max(1, concurrent)))
+        # the trials' first reads (a train stream each, two read tasks at once) find
+        # workers that have imported what the reads run on, started under the runtime
+        # environment Tune gives its trials (their tasks inherit it; Ray reuses a worker
+        # only within one environment)
+        warm_read_workers(min(8, 2 * max(1, concurrent)), tune_trial_runtime_env())
+        if info["cache_reused"]:  # Ray Data's own actors, as a build would have started
+            start_ray_data()
         if console is not None:
             how = ("reused" if info["cache_reused"]
                    else f"built in {info['cache_build_s']:.0f}s")

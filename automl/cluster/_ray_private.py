@@ -56,3 +56,22 @@ def reload_auth_config() -> None:
         Config.initialize("")
     except (ImportError, AttributeError):
         pass
+
+
+def tune_trial_runtime_env() -> dict | None:
+    """The runtime environment Ray Tune gives every trial actor: ``{"env_vars": ...}`` with
+    ``PL_DISABLE_FORK`` (ray#28197) and the driver's Ray Train and AWS variables it passes
+    on (``ray.tune.execution.class_cache``, an internal module: Tune has no public getter).
+    Tasks a trial starts (its Ray Data reads) inherit it, and Ray's worker pool keeps
+    workers apart by runtime environment (ray#15371), so only workers started with this
+    same environment can run a trial's first reads without a new process. None when this
+    Ray moved it (workers are then warmed without one, as the driver's tasks run)."""
+    import os
+
+    try:
+        from ray.tune.execution.class_cache import DEFAULT_ENV_VARS, ENV_VARS_TO_PROPAGATE
+    except ImportError:
+        return None
+    env = dict(DEFAULT_ENV_VARS)
+    env.update({k: os.environ[k] for k in ENV_VARS_TO_PROPAGATE if k in os.environ})
+    return {"env_vars": env}

@@ -10,7 +10,7 @@ Public API: :class:`Dataset`, :func:`load_dataset`, :func:`data_path`, :func:`dr
 :func:`make_augment` (imports torch when called); streaming images through Ray Data from
 a Parquet cache built once: :func:`wants_streaming`, :func:`scan_images`,
 :func:`streamed_dataset`, :func:`build_cache`, :func:`cache_root`, :class:`CachedImages`,
-:func:`is_stream`, :func:`warm_read_workers`.
+:func:`is_stream`, :func:`warm_read_workers`, :func:`start_ray_data`.
 
 The names are imported when first used (PEP 562): a Ray worker that trains a fold of
 image data unpickles a :class:`Dataset` and calls :func:`fit_apply` without importing
@@ -45,6 +45,7 @@ _WHERE = {
     "scan_images": "_stream",
     "split_dataset": "_split",
     "split_indices": "_split",
+    "start_ray_data": "_stream",
     "streamed_dataset": "_stream",
     "wants_streaming": "_stream",
     "warm_read_workers": "_stream",
