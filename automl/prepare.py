@@ -18,6 +18,9 @@ from rich.console import Console
 from automl.errors import DataError, cut_list
 from automl.spec import KIND_WORDS, Experiment, kind_mismatch
 
+#: seconds the driver waits at most for the warm read workers before the sweep starts
+WARM_WAIT_S = 20.0
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -65,9 +68,14 @@ class Prepared:
         # workers that have imported what the reads run on, started under the runtime
         # environment Tune gives its trials (their tasks inherit it; Ray reuses a worker
         # only within one environment)
-        warm_read_workers(min(8, 2 * max(1, concurrent)), tune_trial_runtime_env())
+        warm = warm_read_workers(min(8, 2 * max(1, concurrent)), tune_trial_runtime_env())
         if info["cache_reused"]:  # Ray Data's own actors, as a build would have started
             start_ray_data()
+        # their start (imports, a few CPU-seconds each) done before the trials start, not
+        # taken from the trials' first epoch (bounded: a busy cluster may start them later)
+        import ray
+
+        ray.wait(warm, num_returns=len(warm), timeout=WARM_WAIT_S)
         if console is not None:
             how = ("reused" if info["cache_reused"]
                    else f"built in {info['cache_build_s']:.0f}s")
