@@ -475,8 +475,6 @@ def quiet_ray_data() -> None:
 
 #: bytes of rows one Ray Data execution of a stream reads (a chunk of cache files)
 CHUNK_BYTES = 16 * 2**20
-#: bytes of rows one of its read tasks returns (one block), about
-BLOCK_BYTES = 4 * 2**20
 
 
 def _warm_reader() -> int:
@@ -569,8 +567,6 @@ class _Reader:
         # the wanted rows of a file, about (the cache's rows were shuffled when written)
         per_file = max(1, -(-len(wanted) // max(1, len(self._files))))
         files = max(1, CHUNK_BYTES // (per_file * row_bytes))
-        # files a read task reads: its block (object-store bytes a reader maps) ~4 MiB
-        self._task_files = max(1, BLOCK_BYTES // (per_file * row_bytes))
         self._chunks = [self._files[i:i + files] for i in range(0, len(self._files), files)]
         self._chunk_rows = per_file * files
         self._max_rows = max(max_rows, 2 * self._chunk_rows)
@@ -586,17 +582,16 @@ class _Reader:
         import ray.data
         from ray.data import ExecutionResources
 
-        # read tasks of several files each (blocks of about BLOCK_BYTES), two at once:
-        # Ray Data's scheduling loop (in this process) works per task, and one task per
-        # file cost the trial 0.29 CPU-s per pass of 6,000 rows, blocks of 4 MiB 0.11 s,
-        # of 8 MiB 0.08 s (idle AMD EPYC, 14 files of 3x32x32 rows); bigger blocks raised
-        # a fold process's peak RSS (object-store pages it maps) 1,220 -> 1,376 MB at 4x
-        at_once = max(1, min(len(files), int(self._cpus * 2)))
-        tasks = max(at_once, -(-len(files) // self._task_files))
+        # one read task per file, two at once. Tasks of several files each (one Arrow
+        # block of 4-8 MiB) cost this process's Ray Data scheduling less (0.11 or 0.08
+        # CPU-s per pass of 6,000 rows against 0.29, idle AMD EPYC), but in the streaming
+        # record a CV fold's peak RSS at 4x rose to 1,376-1,425 MB (1x 999-1,023; one
+        # task per file: 1,220 against 1,071), the object-store pages its reads map
         ds = ray.data.from_items([{"file": f} for f in files],
-                                 override_num_blocks=min(len(files), tasks)).map_batches(
+                                 override_num_blocks=len(files)).map_batches(
             _read_cache_files, fn_kwargs={"cache": self._cache, "wanted": self._wanted},
-            batch_size=None, batch_format="numpy", num_cpus=0, concurrency=at_once)
+            batch_size=1, batch_format="numpy", num_cpus=0,
+            concurrency=max(1, min(len(files), int(self._cpus * 2))))
         # Ray Data's tasks ask for no CPU of their own, so trials (or CV folds) holding
         # every CPU cannot starve them (ray#29662, ray#24304, ray#41603); ``cpus`` bounds
         # how many run at once, the object-store limit what they hold
