@@ -51,7 +51,8 @@ class Prepared:
         (``automl.data.build_cache``). Returns the ``data`` section's path entries
         (``path``: ``in_memory`` or ``streaming``, with the cache's location, size and
         whether it was reused) and prints them in one line. ``concurrent``: trials that run
-        at once (their streams' read workers are started now, warm).
+        at once (their streams' read workers are started now, warm, and waited for at most
+        :data:`WARM_WAIT_S` seconds).
 
         Raises:
             DataError: an image cannot be decoded or has another size (named).
