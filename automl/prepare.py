@@ -59,6 +59,8 @@ class Prepared:
         """
         if self.scan is None:
             return {"path": "in_memory"}
+        import ray
+
         from automl.cluster._ray_private import tune_trial_runtime_env
         from automl.data import build_cache, cache_root, start_ray_data, warm_read_workers
 
@@ -74,8 +76,6 @@ class Prepared:
             start_ray_data()
         # their start (imports, a few CPU-seconds each) done before the trials start, not
         # taken from the trials' first epoch (bounded: a busy cluster may start them later)
-        import ray
-
         ray.wait(warm, num_returns=len(warm), timeout=WARM_WAIT_S)
         if console is not None:
             how = ("reused" if info["cache_reused"]
