@@ -145,7 +145,9 @@ def run_automl_sweeps(sweeps: list[dict], quick: bool, tmp: Path) -> dict:
     cross-validation, refit or compression) on one local Ray instance, one after another.
 
     Each of ``sweeps`` is ``{"label", "trials", "concurrency", "overrides"}``; the result
-    maps each label to :func:`summarize`'s figures plus ``run_dir``. One process and one
+    maps each label to :func:`summarize`'s figures plus ``run_dir``. A sweep with a
+    ``floor`` key (``empty`` or ``torch``) runs Ray Train's start-up floor instead
+    (:func:`benchmarks._train_floor.run_floor`, its figures). One process and one
     Ray start serve them all, so only the sweeps themselves are compared.
     """
     from rich.console import Console
@@ -160,6 +162,11 @@ def run_automl_sweeps(sweeps: list[dict], quick: bool, tmp: Path) -> dict:
     for sw in sweeps:
         run_dir = tmp / sw["label"]
         run_dir.mkdir(parents=True)
+        if sw.get("floor"):  # Ray Train's own floor: no project code in the loop
+            from benchmarks._train_floor import run_floor
+
+            out[sw["label"]] = run_floor(sw["floor"], sw["trials"], run_dir)
+            continue
         exp = make_experiment(sw["trials"], quick, str(tmp / "runs"), sw["concurrency"],
                               sw.get("overrides"))
         (X_tr, y_tr), (X_val, y_val), shape, classes = load_arrays(exp)
