@@ -14,6 +14,7 @@ import numpy as np
 from rich.console import Console
 
 from automl._interrupt import check as check_interrupt
+from automl._interrupt import interrupted
 from automl._io import append_jsonl
 from automl._progress import StageProgress
 from automl.data import Dataset, Splits
@@ -232,8 +233,13 @@ def _run_tasks(data_ref, schedule, job_of, *, labels: np.ndarray, num_classes: i
                 ray.cancel(ref, force=False)  # a dropped candidate's speculative fold: the
                 schedule.cancel(pending.pop(ref))  # slot frees now, the worker stays
     finally:
-        for ref in pending:
-            ray.cancel(ref, force=True)
+        # after a Ctrl-C the job stops its Ray (or leaves the cluster), which ends these
+        # tasks; cancelling them here raced their replies and Ray's core worker aborted
+        # the driver ("Tried to complete task that was not pending": ray#54846, the race
+        # ray#54798 fixed on the retry side), so the interrupted job exited 1, not 130
+        if not interrupted():
+            for ref in pending:
+                ray.cancel(ref, force=True)
     return schedule.results
 
 
