@@ -44,6 +44,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._common import Goal, ProcessCPU, Result, Table, ray_title, run_python, tail, trial_rows
+from benchmarks._train_floor import KINDS as FLOOR_KINDS
 
 NAME = "scaling"
 TITLE = "Scaling: trial slots and data-parallel workers on 2 cores"
@@ -150,18 +151,12 @@ def _sweeps(quick: bool, ddp: bool) -> list[dict]:
     return sweeps
 
 
-#: Ray Train's floor (:mod:`benchmarks._train_floor`): its loops, as the record names them
-FLOOR_LOOPS = {"empty": "empty (reports once)",
-               "torch": "torch: DDP of Linear(8, 2), Adam, one step"}
-
-
 def _floor_sweeps(quick: bool) -> list[dict]:
     """Ray Train's start-up floor (:mod:`benchmarks._train_floor`): as many 2-worker trials
     as the data-parallel sweep, with an empty loop and with torch's least DDP loop, after
     one unreported trial (ours run third on their Ray instance, not first)."""
-    return [{"label": "floor_warm_up", "floor": "empty", "trials": 1, "concurrency": 1}] + [
-        {"label": f"floor_{k}", "floor": k, "trials": DDP_TRIALS[quick], "concurrency": 1}
-        for k in FLOOR_LOOPS]
+    return [{"label": "floor_warm_up", "floor": "empty", "trials": 1}] + [
+        {"label": f"floor_{k}", "floor": k, "trials": DDP_TRIALS[quick]} for k in FLOOR_KINDS]
 
 
 def _run_sweeps(sweeps: list[dict], quick: bool, work: Path) -> dict:
@@ -260,7 +255,7 @@ def run(quick: bool, ctx: dict) -> Result:
         [[t, round(cpu_by_title[t]["processes"] / n, 1), round(cpu_by_title[t]["cpu_s"] / n, 1),
           what] for t, what in TRAIN_PROCESSES if t in cpu_by_title]))
     startup = ddp[2]["startup_per_trial_s"]
-    floor = {k: runs[f"floor_{k}"] for k in FLOOR_LOOPS}
+    floor = {k: runs[f"floor_{k}"] for k in FLOOR_KINDS}
     res.data["train_floor"] = floor
     ours_to_loop = sum(phases.get(k, 0.0) for k in ("start_trial_s", "start_train_s",
                                                      "start_worker_s"))
@@ -270,7 +265,7 @@ def run(quick: bool, ctx: dict) -> Result:
         "(benchmarks/_train_floor.py), medians",
         ["training loop", "trials", "start-up per trial s", "trial start -> loop s",
          "trial start -> first report s"],
-        [[FLOOR_LOOPS[k], f["trials"], f["startup_per_trial_s"], f["to_loop_s"],
+        [[FLOOR_KINDS[k], f["trials"], f["startup_per_trial_s"], f["to_loop_s"],
           f["to_report_s"]] for k, f in floor.items()]
         + [["ours (the fixed ResNet above; start-up without its epochs)", ddp[2]["trials"],
             startup, round(ours_to_loop, 3), None]]))
